@@ -1,0 +1,76 @@
+package lease
+
+import (
+	"errors"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+)
+
+// FuzzParse feeds hostile names, labels and annotations to Parse. It must
+// never panic, and whatever it accepts must satisfy every rule of the
+// protocol: an invalid lease never reads as a valid grant.
+func FuzzParse(f *testing.F) {
+	f.Add("workers-reboot-0", "workers", "reboot", "node-a", "node-a", img, boot1, "Reboot", "", int32(60), int32(1))
+	f.Add("workers-stage-3", "workers", "stage", "node-a", "node-a", img, boot1, "", "", int32(30), int32(7))
+	f.Add("w-reboot-1", "w", "reboot", "n", "n", img+"\n", boot1, "Draining", "RebootTimeout", int32(0), int32(-1))
+	f.Add("a-stage-b-reboot-1", "a-stage-b", "reboot", "x", "x", "q.io/os:1", "", "Reboot", "", int32(1), int32(1))
+	f.Fuzz(func(t *testing.T, name, poolLabel, slotLabel, holder, holderLabel, image, bootID, phase, failure string, dur, transitions int32) {
+		l := heldLease(KindStage, "")
+		l.Name = name
+		l.Labels = map[string]string{LabelPool: poolLabel, LabelSlot: slotLabel, LabelHolder: holderLabel}
+		l.Annotations = map[string]string{AnnotationImage: image, AnnotationBootID: bootID, AnnotationPhase: phase, AnnotationFailure: failure}
+		l.Spec.HolderIdentity = ptr.To(holder)
+		l.Spec.LeaseDurationSeconds = ptr.To(dur)
+		l.Spec.LeaseTransitions = ptr.To(transitions)
+		l.Spec.RenewTime = &metav1.MicroTime{Time: t0}
+
+		g, err := Parse(l)
+		if err != nil {
+			if !errors.Is(err, ErrFree) && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Parse error %v wraps neither ErrFree nor ErrMalformed", err)
+			}
+			if errors.Is(err, ErrFree) && holder != "" {
+				t.Fatalf("held lease (holder %q) read as free", holder)
+			}
+			return
+		}
+		// Accepted: every field must be protocol-valid.
+		if _, perr := imageref.ParsePinned(g.Image.String()); perr != nil || g.Image.String() != image {
+			t.Fatalf("accepted image %q", image)
+		}
+		if !ValidBootID(g.BootID) || g.Holder != holder || holder == "" || holderLabel != holder {
+			t.Fatalf("accepted grant %+v", g)
+		}
+		if SlotName(g.Pool, g.Kind, mustIndex(t, name)) != name || poolLabel != g.Pool || slotLabel != string(g.Kind) {
+			t.Fatalf("accepted name %q as pool %q kind %q", name, g.Pool, g.Kind)
+		}
+		if (g.Kind == KindStage) != (g.Phase == "") || dur <= 0 || transitions < 1 {
+			t.Fatalf("accepted kind %q phase %q dur %d transitions %d", g.Kind, g.Phase, dur, transitions)
+		}
+		// The grant allows a reboot only for exactly its own node, image and boot.
+		c := Check{Node: holder, Action: ActionReboot, Image: image, BootID: bootID, Now: t0, LastRenew: t0}
+		if err := g.Allows(c); err == nil && (g.Kind != KindReboot || g.Phase != PhaseReboot || g.Failure != "") {
+			t.Fatalf("reboot allowed by %+v", g)
+		}
+		c.BootID = boot2
+		if g.BootID != boot2 && g.Allows(c) == nil {
+			t.Fatalf("grant of boot %s allowed in boot %s", g.BootID, boot2)
+		}
+		c.BootID, c.Now = bootID, t0.Add(g.Duration)
+		if g.Allows(c) == nil {
+			t.Fatal("expired grant allowed")
+		}
+	})
+}
+
+func mustIndex(t *testing.T, name string) int {
+	_, _, i, err := ParseSlotName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}

@@ -1,0 +1,263 @@
+// Package lease is the slot-Lease protocol between the coordinator and the
+// agents (docs/protocol.md): the names of its labels and annotations, and pure
+// helpers that read a coordination.k8s.io/v1 Lease into a typed Grant and say
+// whether a grant allows an action. Nothing here does I/O.
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+)
+
+// Namespace holds every slot Lease.
+const Namespace = "bootc-fleet-system"
+
+// Labels and annotations of a slot Lease.
+const (
+	LabelPool   = "fleet.bootc.dev/pool"   // pool name
+	LabelSlot   = "fleet.bootc.dev/slot"   // "reboot" or "stage"
+	LabelHolder = "fleet.bootc.dev/holder" // node name while granted
+
+	AnnotationImage  = "fleet.bootc.dev/image"   // repo@sha256:... the grant covers
+	AnnotationBootID = "fleet.bootc.dev/boot-id" // the node's boot ID when granted
+	AnnotationPhase  = "fleet.bootc.dev/phase"   // reboot slots: Draining, then Reboot
+	// AnnotationFailure is set by the coordinator on a reboot slot whose node
+	// did not come back in time (value: a reason such as RebootTimeout).
+	AnnotationFailure = "fleet.bootc.dev/failure"
+	// AnnotationCordonedByUs records that the coordinator cordoned the node
+	// for this grant ("true") or found it already cordoned ("false").
+	AnnotationCordonedByUs = "fleet.bootc.dev/cordoned-by-us"
+)
+
+// Kind is the kind of slot.
+type Kind string
+
+const (
+	KindReboot Kind = "reboot"
+	KindStage  Kind = "stage"
+)
+
+// Phase is the phase of a reboot grant.
+type Phase string
+
+const (
+	// PhaseDraining: the coordinator is cordoning and draining; no reboot yet.
+	PhaseDraining Phase = "Draining"
+	// PhaseReboot: the node is drained; the agent may reboot once.
+	PhaseReboot Phase = "Reboot"
+)
+
+// Errors a grant check can return; every one means "do not act".
+var (
+	ErrFree         = errors.New("slot is free")
+	ErrMalformed    = errors.New("malformed grant")
+	ErrNotHolder    = errors.New("granted to another node")
+	ErrWrongKind    = errors.New("wrong slot kind for this action")
+	ErrWrongImage   = errors.New("granted for another image")
+	ErrWrongBoot    = errors.New("granted in another boot")
+	ErrNotReboot    = errors.New("reboot grant not yet in phase Reboot")
+	ErrExpired      = errors.New("grant not renewed within its lease duration")
+	ErrFailedMarked = errors.New("grant marked failed by the coordinator")
+)
+
+// SlotName is the name of slot i of the given kind of a pool: P-reboot-<i> or P-stage-<i>.
+func SlotName(pool string, kind Kind, i int) string {
+	return pool + "-" + string(kind) + "-" + strconv.Itoa(i)
+}
+
+// ParseSlotName splits a slot Lease name made by SlotName.
+func ParseSlotName(name string) (pool string, kind Kind, index int, err error) {
+	for _, k := range []Kind{KindReboot, KindStage} {
+		sep := "-" + string(k) + "-"
+		at := strings.LastIndex(name, sep)
+		if at <= 0 {
+			continue
+		}
+		digits := name[at+len(sep):]
+		if !isIndex(digits) {
+			continue
+		}
+		i, _ := strconv.Atoi(digits)
+		return name[:at], k, i, nil
+	}
+	return "", "", 0, fmt.Errorf("%w: lease name %q is not <pool>-reboot-<i> or <pool>-stage-<i>", ErrMalformed, name)
+}
+
+func isIndex(s string) bool {
+	if s == "" || len(s) > 4 || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// ID identifies one grant: a lease can be granted many times, and a grant is
+// spent by at most one reboot.
+type ID struct {
+	Lease       string    `json:"lease"`
+	UID         types.UID `json:"uid"`
+	Transitions int32     `json:"leaseTransitions"`
+}
+
+func (id ID) String() string { return fmt.Sprintf("%s#%d", id.Lease, id.Transitions) }
+
+// Grant is a held slot Lease, validated.
+type Grant struct {
+	ID
+	Pool      string
+	Kind      Kind
+	Holder    string
+	Image     imageref.Pinned
+	BootID    string
+	Phase     Phase  // reboot slots only
+	Failure   string // set by the coordinator when the node did not come back
+	Acquired  time.Time
+	Renewed   time.Time
+	Duration  time.Duration
+	Namespace string
+}
+
+var bootIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// ValidBootID reports whether s looks like /proc/sys/kernel/random/boot_id.
+func ValidBootID(s string) bool { return bootIDRE.MatchString(s) }
+
+// Parse reads a slot Lease. A free slot returns ErrFree; anything that does
+// not follow the protocol returns an error wrapping ErrMalformed and must be
+// treated as no grant at all.
+func Parse(l *coordinationv1.Lease) (Grant, error) {
+	if l == nil {
+		return Grant{}, fmt.Errorf("%w: nil lease", ErrMalformed)
+	}
+	pool, kind, _, err := ParseSlotName(l.Name)
+	if err != nil {
+		return Grant{}, err
+	}
+	bad := func(format string, a ...any) (Grant, error) {
+		return Grant{}, fmt.Errorf("%w: lease %s/%s: %s", ErrMalformed, l.Namespace, l.Name, fmt.Sprintf(format, a...))
+	}
+	if got := l.Labels[LabelPool]; got != pool {
+		return bad("label %s=%q does not match the name's pool %q", LabelPool, got, pool)
+	}
+	if got := l.Labels[LabelSlot]; got != string(kind) {
+		return bad("label %s=%q does not match the name's kind %q", LabelSlot, got, kind)
+	}
+	holder := ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	if holder == "" {
+		return Grant{Pool: pool, Kind: kind, ID: ID{Lease: l.Name, UID: l.UID}, Namespace: l.Namespace}, ErrFree
+	}
+	if errs := validation.IsDNS1123Subdomain(holder); len(errs) > 0 {
+		return bad("holder %q is not a node name: %s", holder, strings.Join(errs, "; "))
+	}
+	if got := l.Labels[LabelHolder]; got != holder {
+		return bad("label %s=%q does not match holder %q", LabelHolder, got, holder)
+	}
+	img, err := imageref.ParsePinned(l.Annotations[AnnotationImage])
+	if err != nil {
+		return bad("annotation %s: %v", AnnotationImage, err)
+	}
+	bootID := l.Annotations[AnnotationBootID]
+	if !ValidBootID(bootID) {
+		return bad("annotation %s=%q is not a boot ID", AnnotationBootID, bootID)
+	}
+	var phase Phase
+	switch p := Phase(l.Annotations[AnnotationPhase]); {
+	case kind == KindStage && p == "":
+	case kind == KindReboot && (p == PhaseDraining || p == PhaseReboot):
+		phase = p
+	default:
+		return bad("annotation %s=%q is not valid on a %s slot", AnnotationPhase, p, kind)
+	}
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 || *l.Spec.LeaseDurationSeconds > 24*3600 {
+		return bad("leaseDurationSeconds must be 1..86400")
+	}
+	if l.Spec.RenewTime == nil || l.Spec.AcquireTime == nil {
+		return bad("acquireTime and renewTime must be set")
+	}
+	transitions := int32(0)
+	if l.Spec.LeaseTransitions != nil {
+		transitions = *l.Spec.LeaseTransitions
+	}
+	if transitions < 1 {
+		return bad("leaseTransitions must be >= 1 on a held slot")
+	}
+	failure := l.Annotations[AnnotationFailure]
+	if failure != "" && !reasonRE.MatchString(failure) {
+		return bad("annotation %s=%q is not a CamelCase reason", AnnotationFailure, failure)
+	}
+	return Grant{
+		ID:        ID{Lease: l.Name, UID: l.UID, Transitions: transitions},
+		Pool:      pool,
+		Kind:      kind,
+		Holder:    holder,
+		Image:     img,
+		BootID:    bootID,
+		Phase:     phase,
+		Failure:   failure,
+		Acquired:  l.Spec.AcquireTime.Time,
+		Renewed:   l.Spec.RenewTime.Time,
+		Duration:  time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
+		Namespace: l.Namespace,
+	}, nil
+}
+
+var reasonRE = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
+
+// Action is what the agent wants to do under a grant.
+type Action string
+
+const (
+	ActionStage  Action = "stage"
+	ActionReboot Action = "reboot"
+)
+
+// Check is the agent's side of a validity question.
+type Check struct {
+	Node   string
+	Action Action
+	Image  string // repo@sha256 the agent is about to stage or apply
+	BootID string // the current boot ID
+	Now    time.Time
+	// LastRenew is the agent's own last successful renew of this lease (or
+	// the time it first observed the grant, before any renew).
+	LastRenew time.Time
+}
+
+// Allows returns nil when the grant allows the action, or an error saying why
+// not (DESIGN.md, "Valid for the agent").
+func (g Grant) Allows(c Check) error {
+	switch {
+	case g.Holder != c.Node:
+		return fmt.Errorf("%w: %s holds %s, not %s", ErrNotHolder, g.Holder, g.Lease, c.Node)
+	case (c.Action == ActionStage) != (g.Kind == KindStage) || (c.Action != ActionStage && c.Action != ActionReboot):
+		return fmt.Errorf("%w: %s slot for %s", ErrWrongKind, g.Kind, c.Action)
+	case g.Image.String() != c.Image:
+		return fmt.Errorf("%w: %s, not %s", ErrWrongImage, g.Image, c.Image)
+	case g.BootID != c.BootID:
+		return fmt.Errorf("%w: boot %s, now %s", ErrWrongBoot, g.BootID, c.BootID)
+	case g.Failure != "":
+		return fmt.Errorf("%w: %s", ErrFailedMarked, g.Failure)
+	case c.Action == ActionReboot && g.Phase != PhaseReboot:
+		return fmt.Errorf("%w (phase %q)", ErrNotReboot, g.Phase)
+	case c.LastRenew.IsZero() || c.Now.Sub(c.LastRenew) >= g.Duration || c.Now.Before(c.LastRenew.Add(-time.Minute)):
+		return fmt.Errorf("%w (last renew %s, duration %s)", ErrExpired, c.LastRenew.UTC().Format(time.RFC3339), g.Duration)
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BootcNodeSpec is written by the coordinator only.
+type BootcNodeSpec struct {
+	// Pool is the BootcNodePool that manages this node.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Pool string `json:"pool"`
+
+	// DesiredImage is the digest-pinned repo@sha256:<64 hex> the node should
+	// run, or empty while the pool has no resolved target.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*@sha256:[a-f0-9]{64}$`
+	// +optional
+	DesiredImage string `json:"desiredImage,omitempty"`
+
+	// RebootPolicy is copied from the pool.
+	// +kubebuilder:default=Reboot
+	// +optional
+	RebootPolicy RebootPolicy `json:"rebootPolicy,omitempty"`
+}
+
+// NodePhase is where the agent is in moving its node to the desired image.
+// +kubebuilder:validation:Enum=Idle;Waiting;Staging;Staged;Rebooting;Degraded
+type NodePhase string
+
+const (
+	// PhaseIdle: booted on the desired image, or nothing desired.
+	PhaseIdle NodePhase = "Idle"
+	// PhaseWaiting: an image is desired, no stage grant held yet.
+	PhaseWaiting NodePhase = "Waiting"
+	// PhaseStaging: downloading and staging the desired image under a grant.
+	PhaseStaging NodePhase = "Staging"
+	// PhaseStaged: the desired image is staged (download-only), waiting for a reboot grant.
+	PhaseStaged NodePhase = "Staged"
+	// PhaseRebooting: the reboot is recorded and being carried out.
+	PhaseRebooting NodePhase = "Rebooting"
+	// PhaseDegraded: the agent cannot proceed safely; Reason says why.
+	PhaseDegraded NodePhase = "Degraded"
+)
+
+// Reasons the agent gives with PhaseDegraded (and a few informational ones).
+const (
+	// ReasonUnlockedWithoutGrant: the staged deployment is unlocked but the reboot grant is gone.
+	ReasonUnlockedWithoutGrant = "UnlockedWithoutGrant"
+	// ReasonRebootDidNotHappen: a recorded reboot did not happen within rebootTimeout.
+	ReasonRebootDidNotHappen = "RebootDidNotHappen"
+	// ReasonBootedUnexpectedImage: after a recorded reboot the node booted another image.
+	ReasonBootedUnexpectedImage = "BootedUnexpectedImage"
+	// ReasonStatusUnavailable: bootc status could not be read or parsed.
+	ReasonStatusUnavailable = "StatusUnavailable"
+	// ReasonRecordUnreadable: the reboot record is torn or corrupt.
+	ReasonRecordUnreadable = "RecordUnreadable"
+	// ReasonStageFailed: bootc switch --download-only failed.
+	ReasonStageFailed = "StageFailed"
+	// ReasonStagedDigestMismatch: the staged digest is not the granted one.
+	ReasonStagedDigestMismatch = "StagedDigestMismatch"
+	// ReasonInvalidDesiredImage: spec.desiredImage failed validation.
+	ReasonInvalidDesiredImage = "InvalidDesiredImage"
+	// ReasonRebootTimeout: set by the coordinator on the grant when the node did not come back.
+	ReasonRebootTimeout = "RebootTimeout"
+)
+
+// Deployment is one bootc boot entry as the agent read it.
+type Deployment struct {
+	// Image is the image reference bootc tracks (as bootc reports it).
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Digest is the manifest digest, sha256:<64 hex>.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// Version is the image's version label, if any.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Timestamp is the image's creation time, if known.
+	// +optional
+	Timestamp *metav1.Time `json:"timestamp,omitempty"`
+	// DownloadOnly marks a staged deployment that the next reboot will not apply.
+	// +optional
+	DownloadOnly bool `json:"downloadOnly,omitempty"`
+	// SoftRebootCapable: bootc says a soft reboot can switch to this deployment.
+	// +optional
+	SoftRebootCapable bool `json:"softRebootCapable,omitempty"`
+}
+
+// BootcNodeStatus is written by the node's agent only.
+type BootcNodeStatus struct {
+	// ObservedGeneration is the spec generation the agent acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// BootID is /proc/sys/kernel/random/boot_id of the boot this status was read in.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+	// SoftRebootCount is systemd's SoftRebootsCount in that boot.
+	// +optional
+	SoftRebootCount int64 `json:"softRebootCount,omitempty"`
+	// +optional
+	Booted *Deployment `json:"booted,omitempty"`
+	// +optional
+	Staged *Deployment `json:"staged,omitempty"`
+	// +optional
+	Rollback *Deployment `json:"rollback,omitempty"`
+	// +optional
+	Phase NodePhase `json:"phase,omitempty"`
+	// Reason is a CamelCase word for the phase, e.g. BootedUnexpectedImage.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message explains the phase to a person.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// AgentVersion is the version of bootc-fleet-agent that wrote this.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// LastReportTime is when the agent last wrote this status.
+	// +optional
+	LastReportTime *metav1.Time `json:"lastReportTime,omitempty"`
+}
+
+// BootcNode is one managed node's desired image and reported state. It is
+// named after the Node.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=bn,categories=bootc-fleet
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Booted",type=string,JSONPath=`.status.booted.digest`
+// +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.spec.desiredImage`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BootcNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BootcNodeSpec `json:"spec"`
+	// +optional
+	Status BootcNodeStatus `json:"status,omitempty"`
+}
+
+// BootcNodeList is a list of BootcNode.
+//
+// +kubebuilder:object:root=true
+type BootcNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BootcNode `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BootcNode{}, &BootcNodeList{})
+}

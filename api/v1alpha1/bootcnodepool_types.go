@@ -1,0 +1,198 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// RebootPolicy says how a node may restart into a staged image.
+// +kubebuilder:validation:Enum=Reboot;AllowSoftReboot
+type RebootPolicy string
+
+const (
+	// RebootPolicyReboot always reboots the machine.
+	RebootPolicyReboot RebootPolicy = "Reboot"
+	// RebootPolicyAllowSoftReboot soft-reboots (userspace only) when bootc
+	// reports the staged deployment as soft-reboot capable.
+	RebootPolicyAllowSoftReboot RebootPolicy = "AllowSoftReboot"
+)
+
+// RolloutSpec bounds how fast a pool changes.
+type RolloutSpec struct {
+	// MaxUnavailable is how many nodes of the pool may be disrupted at once:
+	// an integer >= 1 or a percentage 1%-100% of the pool (rounded up, never
+	// below 1). Nodes NotReady or cordoned for other reasons count against it.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// MaxStaging is how many nodes may download and stage an image at once:
+	// an integer >= 1 or a percentage 1%-100% (rounded up, never below 1).
+	// +kubebuilder:default="25%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
+	// +optional
+	MaxStaging *intstr.IntOrString `json:"maxStaging,omitempty"`
+
+	// Paused stops new grants of either kind; work already granted finishes.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// DrainTimeout bounds one drain attempt; a drain that times out is
+	// reported and retried, never followed by a reboot.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be a duration greater than 0, e.g. 10m"
+	// +optional
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+
+	// RebootTimeout is how long a node may take to come back Ready, in a new
+	// boot, on the target image before it counts as failed.
+	// +kubebuilder:default="15m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be a duration greater than 0, e.g. 15m"
+	// +optional
+	RebootTimeout *metav1.Duration `json:"rebootTimeout,omitempty"`
+
+	// HaltAfterFailures halts the rollout (no new reboot grants) once this
+	// many nodes failed to come back on the target image.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	HaltAfterFailures *int32 `json:"haltAfterFailures,omitempty"`
+}
+
+// BootcNodePoolSpec is what the operator asks of a set of nodes.
+type BootcNodePoolSpec struct {
+	// NodeSelector selects the pool's nodes. It must not be empty: an empty
+	// selector would take in every node of the cluster.
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="must select nodes by at least one label or expression"
+	// +required
+	NodeSelector metav1.LabelSelector `json:"nodeSelector"`
+
+	// Image is the OS image: registry/repo:tag (resolved to a digest and
+	// re-resolved periodically) or registry/repo@sha256:<64 hex>.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(?:@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$`
+	// +required
+	Image string `json:"image"`
+
+	// Rollout bounds the pace of the rollout.
+	// +kubebuilder:default={}
+	// +optional
+	Rollout RolloutSpec `json:"rollout,omitempty"`
+
+	// RebootPolicy is Reboot (default) or AllowSoftReboot.
+	// +kubebuilder:default=Reboot
+	// +optional
+	RebootPolicy RebootPolicy `json:"rebootPolicy,omitempty"`
+}
+
+// Pool condition types.
+const (
+	// PoolProgressing is True while nodes are being moved to the target.
+	PoolProgressing = "Progressing"
+	// PoolUpToDate is True when every node runs the target image.
+	PoolUpToDate = "UpToDate"
+	// PoolDegraded is True when some node, or the pool itself, needs attention.
+	PoolDegraded = "Degraded"
+	// PoolHalted is True when failures reached haltAfterFailures.
+	PoolHalted = "Halted"
+)
+
+// Pool condition reasons.
+const (
+	ReasonRollingOut      = "RollingOut"
+	ReasonAllUpdated      = "AllUpdated"
+	ReasonPaused          = "Paused"
+	ReasonResolveFailed   = "ResolveFailed"
+	ReasonNodeConflict    = "NodeConflict"
+	ReasonNodesDegraded   = "NodesDegraded"
+	ReasonFailuresReached = "FailuresReached"
+	ReasonNotHalted       = "NotHalted"
+	ReasonAsExpected      = "AsExpected"
+	ReasonWaitingForNodes = "WaitingForNodes"
+	ReasonNoNodes         = "NoNodes"
+	ReasonInvalidSpec     = "InvalidSpec"
+	ReasonImageChanged    = "ImageChanged"
+	ReasonDrainFailed     = "DrainFailed"
+)
+
+// BootcNodePoolStatus is what the coordinator observed and decided.
+type BootcNodePoolStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// TargetImage is the resolved repo@sha256:... every node converges to.
+	// +optional
+	TargetImage string `json:"targetImage,omitempty"`
+	// ResolvedTime is when TargetImage was last resolved from spec.image.
+	// +optional
+	ResolvedTime *metav1.Time `json:"resolvedTime,omitempty"`
+
+	// Nodes is the number of nodes in the pool.
+	Nodes int32 `json:"nodes"`
+	// Updated counts nodes booted on the target image.
+	Updated int32 `json:"updated"`
+	// Staging counts nodes downloading the target image.
+	Staging int32 `json:"staging"`
+	// Staged counts nodes with the target staged, waiting to reboot.
+	Staged int32 `json:"staged"`
+	// Rebooting counts nodes holding a reboot slot (draining or rebooting).
+	Rebooting int32 `json:"rebooting"`
+	// Degraded counts nodes that need attention.
+	Degraded int32 `json:"degraded"`
+	// Waiting counts nodes waiting for a slot.
+	Waiting int32 `json:"waiting"`
+	// Failures counts nodes that failed to come back on the target image.
+	// +optional
+	Failures int32 `json:"failures,omitempty"`
+
+	// Conditions: Progressing, UpToDate, Degraded, Halted.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BootcNodePool rolls one OS image out to the nodes its selector picks.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=bnp,categories=bootc-fleet
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50",message="metadata.name must be at most 50 characters (it names the pool's slot Leases and labels)"
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodes`
+// +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updated`
+// +kubebuilder:printcolumn:name="Staging",type=integer,JSONPath=`.status.staging`
+// +kubebuilder:printcolumn:name="Rebooting",type=integer,JSONPath=`.status.rebooting`
+// +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.degraded`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.targetImage`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BootcNodePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BootcNodePoolSpec `json:"spec"`
+	// +optional
+	Status BootcNodePoolStatus `json:"status,omitempty"`
+}
+
+// BootcNodePoolList is a list of BootcNodePool.
+//
+// +kubebuilder:object:root=true
+type BootcNodePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BootcNodePool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BootcNodePool{}, &BootcNodePoolList{})
+}

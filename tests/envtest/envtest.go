@@ -1,0 +1,168 @@
+// Package envtest starts a real kube-apiserver + etcd (controller-runtime's
+// envtest) with the bootc-fleet CRDs installed, for tests of every package.
+//
+// The binaries come from KUBEBUILDER_ASSETS, which `make test` builds once
+// from the Go module proxy (tests/envtest/install-envtest.sh). Without it a
+// test skips with one line saying so, unless BOOTC_FLEET_REQUIRE_ENVTEST=1
+// (set by `make test` and CI), where a missing API server is a failure.
+package envtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// Env is a running API server with the CRDs installed.
+type Env struct {
+	Config *rest.Config
+	Client client.Client
+	Scheme *k8sruntime.Scheme
+	env    *crenvtest.Environment
+}
+
+// Scheme returns a scheme with the built-in kinds and fleet.bootc.dev/v1alpha1.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := fleetv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// RepoRoot is the root of this repository (found from this file's path).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// CRDDir is where the generated CRD YAML lives.
+func CRDDir() string { return filepath.Join(RepoRoot(), "packaging", "crd") }
+
+// Available says whether an API server can be started, and why not.
+func Available() (bool, string) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		return false, "KUBEBUILDER_ASSETS is not set (run `make test`, which builds kube-apiserver and etcd once)"
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return false, fmt.Sprintf("%s missing in KUBEBUILDER_ASSETS=%s", b, dir)
+		}
+	}
+	return true, ""
+}
+
+// SkipIfUnavailable skips (or, with BOOTC_FLEET_REQUIRE_ENVTEST=1, fails) tb
+// when no API server can be started.
+func SkipIfUnavailable(tb testing.TB) {
+	tb.Helper()
+	if ok, why := Available(); !ok {
+		if os.Getenv("BOOTC_FLEET_REQUIRE_ENVTEST") == "1" {
+			tb.Fatalf("API server required but unavailable: %s", why)
+		}
+		tb.Skipf("skipping: no API server: %s", why)
+	}
+}
+
+// Start starts an API server for one test (or benchmark) and stops it when
+// the test ends. The namespace bootc-fleet-system exists.
+func Start(tb testing.TB) *Env {
+	tb.Helper()
+	SkipIfUnavailable(tb)
+	e, err := StartShared()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(e.Stop)
+	return e
+}
+
+// StartShared starts an API server the caller stops with Stop (for TestMain).
+func StartShared() (*Env, error) {
+	if ok, why := Available(); !ok {
+		return nil, fmt.Errorf("no API server: %s", why)
+	}
+	s := Scheme()
+	env := &crenvtest.Environment{
+		CRDDirectoryPaths:        []string{CRDDir()},
+		ErrorIfCRDPathMissing:    true,
+		Scheme:                   s,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	// Node identities and their RBAC are part of what the tests check, so
+	// authorization is RBAC (envtest's default, made explicit).
+	env.ControlPlane.GetAPIServer().Configure().Set("authorization-mode", "RBAC")
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	e := &Env{Config: cfg, Client: c, Scheme: s, env: env}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease.Namespace}}); err != nil {
+		e.Stop()
+		return nil, fmt.Errorf("creating namespace %s: %w", lease.Namespace, err)
+	}
+	return e, nil
+}
+
+// Stop stops the API server and etcd.
+func (e *Env) Stop() {
+	if e != nil && e.env != nil {
+		_ = e.env.Stop()
+	}
+}
+
+// AddUser returns a rest.Config authenticated as the given user and groups
+// (a real client certificate signed by the API server's CA).
+func (e *Env) AddUser(name string, groups ...string) (*rest.Config, error) {
+	u, err := e.env.AddUser(crenvtest.User{Name: name, Groups: groups}, e.Config)
+	if err != nil {
+		return nil, err
+	}
+	return u.Config(), nil
+}
+
+// KubeconfigFor writes a kubeconfig file for the given user and returns its path.
+func (e *Env) KubeconfigFor(dir, name string, groups ...string) (string, error) {
+	u, err := e.env.AddUser(crenvtest.User{Name: name, Groups: groups}, e.Config)
+	if err != nil {
+		return "", err
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "kubeconfig-"+name)
+	return p, os.WriteFile(p, kc, 0o600)
+}
+
+// AdminKubeconfig writes a kubeconfig for a cluster-admin user and returns its path.
+func (e *Env) AdminKubeconfig(dir string) (string, error) {
+	return e.KubeconfigFor(dir, "bootc-fleet-admin", "system:masters")
+}
