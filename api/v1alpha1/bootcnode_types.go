@@ -15,7 +15,7 @@ type BootcNodeSpec struct {
 	// DesiredImage is the digest-pinned repo@sha256:<64 hex> the node should
 	// run, or empty while the pool has no resolved target.
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:Pattern=`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*@sha256:[a-f0-9]{64}$`
+	// +kubebuilder:validation:Pattern=`^$|^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*@sha256:[a-f0-9]{64}$`
 	// +optional
 	DesiredImage string `json:"desiredImage,omitempty"`
 

@@ -1,0 +1,462 @@
+// Package decide is the agent's decision: one pure function from what the
+// agent observed to the one thing it does next (docs/design.md, "The agent's
+// decision", rules 1-5). It does no I/O and reads no clock: the caller passes
+// the time in.
+package decide
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// BootIdentity names one boot: a soft reboot keeps the kernel's boot ID but
+// increments systemd's SoftRebootsCount, so both are needed.
+type BootIdentity struct {
+	BootID          string
+	SoftRebootCount uint32
+}
+
+func (b BootIdentity) String() string {
+	return fmt.Sprintf("%s/%d", b.BootID, b.SoftRebootCount)
+}
+
+// Known reports whether the identity was read at all.
+func (b BootIdentity) Known() bool { return b.BootID != "" }
+
+// Desired is BootcNode.spec.desiredImage as the agent read it.
+type Desired struct {
+	// Image is the validated image; meaningful only when Set and Invalid == "".
+	Image imageref.Pinned
+	// Set is false when spec.desiredImage is empty (or the BootcNode is absent).
+	Set bool
+	// Invalid holds the validation error when spec.desiredImage is set but
+	// not a digest-pinned reference.
+	Invalid string
+}
+
+// Deployment is one bootc boot entry reduced to what the decision needs.
+type Deployment struct {
+	// Image is the entry's image as repo@sha256; zero when bootc reported an
+	// entry without a usable image and digest.
+	Image             imageref.Pinned
+	DownloadOnly      bool
+	SoftRebootCapable bool
+}
+
+// Is reports whether the deployment runs exactly img.
+func (d *Deployment) Is(img imageref.Pinned) bool {
+	return d != nil && d.Image.Digest != "" && d.Image == img
+}
+
+// Status is a bootc status read, with the boot it was read in.
+type Status struct {
+	// ReadIn is the boot identity the status was read in (unchanged before
+	// and after the read); zero if it changed during the read.
+	ReadIn BootIdentity
+	Booted *Deployment
+	Staged *Deployment
+	// Unavailable holds the error when bootc status could not be read.
+	Unavailable string
+}
+
+// RecordState is the persisted reboot record.
+type RecordState struct {
+	Present bool
+	// Unreadable is set (with Present false) when the record file exists but
+	// is torn or corrupt: the agent does not know whether it rebooted.
+	Unreadable string
+	Grant      lease.ID
+	Image      imageref.Pinned
+	Boot       BootIdentity
+	Recorded   time.Time
+	Soft       bool
+}
+
+// HeldGrant is a parsed grant for this node with the agent's own last
+// successful renew of its Lease.
+type HeldGrant struct {
+	lease.Grant
+	LastRenew time.Time
+}
+
+// StageFailure is the last failed stage, so a failing download is retried
+// with a delay instead of at once.
+type StageFailure struct {
+	Image   imageref.Pinned
+	Message string
+	RetryAt time.Time
+}
+
+// Verdict is a Degraded result the agent keeps for the rest of a boot (for
+// the same desired image) after it cleared the reboot record that led to it.
+type Verdict struct {
+	Boot    BootIdentity
+	Desired imageref.Pinned
+	Reason  string
+	Message string
+}
+
+// Observation is everything the decision reads.
+type Observation struct {
+	Now  time.Time
+	Node string
+
+	Desired Desired
+	Policy  fleetv1.RebootPolicy
+	Status  Status
+	// Boot is the current boot identity.
+	Boot BootIdentity
+	// SoftRebootSupported: systemd exposes SoftRebootsCount (v254+).
+	SoftRebootSupported bool
+
+	Record RecordState
+	// RebootIssued: this process already asked the host to reboot for the
+	// present record; wait for it instead of asking again.
+	RebootIssued bool
+	// SettleDeadline bounds how long a status that disagrees with the record
+	// after a reboot is re-read before the agent gives its verdict.
+	SettleDeadline time.Time
+	RebootTimeout  time.Duration
+
+	// Grants are every grant held by this node, as parsed from the Leases
+	// labelled with its name. Decide checks each with lease.Grant.Allows.
+	Grants []HeldGrant
+	// Spent are reboot grants already used by a reboot in an earlier boot.
+	Spent []lease.ID
+
+	// InFlight is the image of the stage running now, if any.
+	InFlight *imageref.Pinned
+	// LastStageFailure is the most recent failed stage, if any.
+	LastStageFailure *StageFailure
+	// Verdict is a Degraded result kept for this boot, if any.
+	Verdict *Verdict
+}
+
+// Kind is the kind of action.
+type Kind string
+
+const (
+	// Nothing: report Phase/Reason/Message and wait for the next change.
+	Nothing Kind = "Nothing"
+	// RereadLater: the observation is not trustworthy yet; read again soon.
+	RereadLater Kind = "RereadLater"
+	// Stage: run bootc switch --download-only Image.
+	Stage Kind = "Stage"
+	// CancelStage: stop the in-flight stage.
+	CancelStage Kind = "CancelStage"
+	// ApplyAndReboot: (write the record when WriteRecord,) unlock the staged
+	// deployment and reboot (soft when Soft) under Grant.
+	ApplyAndReboot Kind = "ApplyAndReboot"
+	// ClearRecord: remove the reboot record (marking its grant spent when
+	// MarkSpent), then report.
+	ClearRecord Kind = "ClearRecord"
+)
+
+// Action is the one thing to do next, with the status to report.
+type Action struct {
+	Kind    Kind
+	Phase   fleetv1.NodePhase
+	Reason  string
+	Message string
+
+	Image       imageref.Pinned // Stage, ApplyAndReboot
+	Grant       lease.ID        // ApplyAndReboot
+	Soft        bool            // ApplyAndReboot
+	WriteRecord bool            // ApplyAndReboot: first use of the grant
+	MarkSpent   bool            // ClearRecord: the record's grant was used by a reboot
+	// Keep asks the caller to keep this Degraded result as a Verdict for the
+	// rest of the boot (ClearRecord).
+	Keep bool
+}
+
+func (a Action) String() string {
+	s := string(a.Kind) + " " + string(a.Phase)
+	if a.Reason != "" {
+		s += "/" + a.Reason
+	}
+	return s + ": " + a.Message
+}
+
+// Reasons the agent reports outside Degraded.
+const (
+	ReasonUpToDate        = "UpToDate"
+	ReasonNoDesiredImage  = "NoDesiredImage"
+	ReasonWaitingForGrant = "WaitingForStageGrant"
+	ReasonStaging         = "Staging"
+	ReasonWaitingReboot   = "WaitingForRebootGrant"
+	ReasonDraining        = "Draining"
+	ReasonRebooting       = "Rebooting"
+	ReasonStaleStatus     = "StaleStatus"
+	ReasonSettling        = "StatusSettling"
+	ReasonRebootCompleted = "RebootCompleted"
+	ReasonCancelling      = "CancellingStage"
+	ReasonRenewing        = "RenewingGrant"
+)
+
+// Decide returns the next action. It applies, in order: the freshness and
+// readability guards, rule 1 and 2 (a reboot record exists), the invalid
+// desired image guard, rule 3 (nothing to do), the boot's verdict, rule 4
+// (staged) and rule 5 (stage or wait).
+func Decide(o Observation) Action {
+	if a, ok := guardRecordUnreadable(o); ok {
+		return a
+	}
+	if a, ok := guardStatus(o); ok {
+		return a
+	}
+	if o.Record.Present {
+		if o.Record.Boot == o.Boot {
+			return rebootPending(o) // rule 1
+		}
+		return afterReboot(o) // rule 2
+	}
+	if o.Desired.Set && o.Desired.Invalid != "" {
+		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonInvalidDesiredImage,
+			Message: "spec.desiredImage is not a digest-pinned image: " + o.Desired.Invalid})
+	}
+	if !o.Desired.Set || o.Status.Booted.Is(o.Desired.Image) {
+		return idle(o) // rule 3
+	}
+	if v := o.Verdict; v != nil && v.Boot == o.Boot && v.Desired == o.Desired.Image {
+		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: v.Reason, Message: v.Message})
+	}
+	if o.Status.Staged.Is(o.Desired.Image) {
+		return staged(o) // rule 4
+	}
+	return stageOrWait(o) // rule 5
+}
+
+// guardRecordUnreadable: a torn or corrupt record means the agent does not
+// know whether this boot already spent a grant, so nothing disruptive runs.
+func guardRecordUnreadable(o Observation) (Action, bool) {
+	if o.Record.Unreadable == "" {
+		return Action{}, false
+	}
+	return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRecordUnreadable,
+		Message: "the reboot record is unreadable (" + o.Record.Unreadable + "); no stage or reboot until a person removes it"}), true
+}
+
+// guardStatus: never act on a status that failed, or that was read in another
+// boot than the current one (I5).
+func guardStatus(o Observation) (Action, bool) {
+	switch {
+	case o.Status.Unavailable != "":
+		return Action{Kind: RereadLater, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStatusUnavailable,
+			Message: "bootc status failed: " + o.Status.Unavailable}, true
+	case !o.Boot.Known() || !o.Status.ReadIn.Known() || o.Status.ReadIn != o.Boot:
+		return Action{Kind: RereadLater, Phase: fleetv1.PhaseWaiting, Reason: ReasonStaleStatus,
+			Message: fmt.Sprintf("bootc status was read in boot %s, current boot is %s; reading again", o.Status.ReadIn, o.Boot)}, true
+	}
+	return Action{}, false
+}
+
+// rebootPending is rule 1: the record was written in this boot, so the reboot
+// has not happened yet.
+func rebootPending(o Observation) Action {
+	r := o.Record
+	if o.InFlight != nil {
+		return cancel(o, "a reboot is recorded")
+	}
+	if o.Now.Sub(r.Recorded) >= o.RebootTimeout {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRebootDidNotHappen,
+			Message: fmt.Sprintf("reboot into %s under %s recorded at %s did not happen within %s",
+				r.Image, r.Grant, r.Recorded.UTC().Format(time.RFC3339), o.RebootTimeout)}
+	}
+	g, err := grantFor(o, r.Grant, lease.ActionReboot, r.Image)
+	switch {
+	case err == nil:
+		if o.RebootIssued {
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+				Message: "rebooting into " + short(r.Image) + "; waiting for the host to go down"}
+		}
+		return Action{Kind: ApplyAndReboot, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+			Image: r.Image, Grant: g.ID, Soft: r.Soft,
+			Message: "rebooting into " + short(r.Image) + " under " + g.ID.String() + " (recorded in this boot, not yet rebooted)"}
+	case errors.Is(err, lease.ErrExpired):
+		// The grant itself is unchanged; only our renew is old (API outage).
+		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: ReasonRenewing,
+			Message: "reboot into " + short(r.Image) + " recorded; renewing " + r.Grant.String() + " before rebooting"}
+	}
+	a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingReboot,
+		Message: "reboot grant " + r.Grant.String() + " was revoked before the reboot (" + err.Error() + "); dropped the record"}
+	if o.Status.Staged != nil && !o.Status.Staged.DownloadOnly {
+		a.Phase, a.Reason = fleetv1.PhaseDegraded, fleetv1.ReasonUnlockedWithoutGrant
+		a.Message = "reboot grant " + r.Grant.String() + " was revoked after the staged deployment was unlocked; any reboot will apply it"
+	}
+	return a
+}
+
+// afterReboot is rule 2: the boot identity changed since the record was
+// written. It never stages or reboots: it waits for the status to settle,
+// then clears the record with a verdict.
+func afterReboot(o Observation) Action {
+	r := o.Record
+	if o.InFlight != nil {
+		return cancel(o, "a reboot was recorded in an earlier boot")
+	}
+	if o.Status.Booted.Is(r.Image) {
+		return Action{Kind: ClearRecord, MarkSpent: true, Phase: fleetv1.PhaseIdle, Reason: ReasonRebootCompleted,
+			Message: "rebooted into " + short(r.Image) + " (boot " + o.Boot.String() + ")"}
+	}
+	if o.Now.Before(o.SettleDeadline) {
+		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: ReasonSettling,
+			Message: "new boot " + o.Boot.String() + " still shows " + describe(o.Status.Booted) + ", expected " + short(r.Image) + "; re-reading bootc status"}
+	}
+	return Action{Kind: ClearRecord, MarkSpent: true, Keep: true, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonBootedUnexpectedImage,
+		Message: "rebooted under " + r.Grant.String() + " but booted " + describe(o.Status.Booted) + ", expected " + short(r.Image)}
+}
+
+// idle is rule 3.
+func idle(o Observation) Action {
+	a := Action{Kind: Nothing, Phase: fleetv1.PhaseIdle, Reason: ReasonUpToDate, Message: "booted " + describe(o.Status.Booted)}
+	if !o.Desired.Set {
+		a.Reason, a.Message = ReasonNoDesiredImage, "no desired image; booted "+describe(o.Status.Booted)
+	}
+	if o.InFlight != nil {
+		return cancel(o, "the stage is no longer needed")
+	}
+	return a
+}
+
+// staged is rule 4.
+func staged(o Observation) Action {
+	img := o.Desired.Image
+	if o.InFlight != nil {
+		if *o.InFlight == img {
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Message: "finishing the stage of " + short(img)}
+		}
+		return cancel(o, "another image is staged")
+	}
+	if g, err := validGrant(o, lease.ActionReboot, img); err == nil {
+		soft := o.Policy == fleetv1.RebootPolicyAllowSoftReboot && o.Status.Staged.SoftRebootCapable && o.SoftRebootSupported
+		how := "reboot"
+		if soft {
+			how = "soft reboot"
+		}
+		return Action{Kind: ApplyAndReboot, WriteRecord: true, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+			Image: img, Grant: g.ID, Soft: soft, Message: how + " into " + short(img) + " under " + g.ID.String()}
+	}
+	if !o.Status.Staged.DownloadOnly {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonUnlockedWithoutGrant,
+			Message: "staged " + short(img) + " is unlocked without a reboot grant; any reboot will apply it"}
+	}
+	if hasGrant(o, lease.KindReboot, img, lease.PhaseDraining) {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: ReasonDraining,
+			Message: "Staged " + short(img) + "; reboot slot granted, waiting for the drain"}
+	}
+	return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: ReasonWaitingReboot,
+		Message: "Staged " + short(img) + "; waiting for a reboot slot"}
+}
+
+// stageOrWait is rule 5.
+func stageOrWait(o Observation) Action {
+	img := o.Desired.Image
+	if _, err := validGrant(o, lease.ActionStage, img); err != nil {
+		if o.InFlight != nil {
+			return cancel(o, "the stage grant for "+short(*o.InFlight)+" is gone ("+err.Error()+")")
+		}
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingForGrant,
+			Message: "Waiting for a stage slot for " + short(img)}
+	}
+	if o.InFlight != nil {
+		if *o.InFlight == img {
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Message: "Staging " + short(img)}
+		}
+		return cancel(o, "the desired image changed to "+short(img))
+	}
+	if f := o.LastStageFailure; f != nil && f.Image == img && o.Now.Before(f.RetryAt) {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
+			Message: "staging " + short(img) + " failed: " + f.Message + "; retrying at " + f.RetryAt.UTC().Format(time.RFC3339)}
+	}
+	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Image: img, Message: "Staging " + short(img)}
+}
+
+func cancel(o Observation, why string) Action {
+	return Action{Kind: CancelStage, Phase: fleetv1.PhaseWaiting, Reason: ReasonCancelling, Image: *o.InFlight,
+		Message: "cancelling the stage of " + short(*o.InFlight) + ": " + why}
+}
+
+// cancelOr cancels an in-flight stage first, else returns a.
+func cancelOr(o Observation, a Action) Action {
+	if o.InFlight != nil {
+		c := cancel(o, a.Message)
+		c.Phase, c.Reason = a.Phase, a.Reason
+		return c
+	}
+	return a
+}
+
+// validGrant returns a grant that allows act on img in this boot.
+func validGrant(o Observation, act lease.Action, img imageref.Pinned) (HeldGrant, error) {
+	err := fmt.Errorf("no %s grant held for %s", act, img)
+	for _, g := range o.Grants {
+		if act == lease.ActionReboot && spent(o, g.ID) {
+			err = fmt.Errorf("%s was spent by a reboot in an earlier boot", g.ID)
+			continue
+		}
+		e := g.Allows(check(o, g, act, img))
+		if e == nil {
+			return g, nil
+		}
+		if g.Holder == o.Node && g.Image == img && (g.Kind == lease.KindStage) == (act == lease.ActionStage) {
+			err = e
+		}
+	}
+	return HeldGrant{}, err
+}
+
+// grantFor checks the grant with exactly this identity.
+func grantFor(o Observation, id lease.ID, act lease.Action, img imageref.Pinned) (HeldGrant, error) {
+	if spent(o, id) {
+		return HeldGrant{}, fmt.Errorf("%s was spent by a reboot in an earlier boot", id)
+	}
+	for _, g := range o.Grants {
+		if g.ID == id {
+			return g, g.Allows(check(o, g, act, img))
+		}
+	}
+	return HeldGrant{}, fmt.Errorf("grant %s is no longer held", id)
+}
+
+func check(o Observation, g HeldGrant, act lease.Action, img imageref.Pinned) lease.Check {
+	return lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastRenew: g.LastRenew}
+}
+
+func spent(o Observation, id lease.ID) bool {
+	for _, s := range o.Spent {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+func hasGrant(o Observation, k lease.Kind, img imageref.Pinned, p lease.Phase) bool {
+	for _, g := range o.Grants {
+		if g.Holder == o.Node && g.Kind == k && g.Image == img && g.Phase == p && g.BootID == o.Boot.BootID {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(d *Deployment) string {
+	if d == nil || d.Image.Digest == "" {
+		return "an unknown image"
+	}
+	return short(d.Image)
+}
+
+// short abbreviates a digest for messages a person reads: repo@sha256:ab12cd34ef56….
+func short(p imageref.Pinned) string {
+	d := p.Digest
+	if len(d) > len("sha256:")+12 {
+		d = d[:len("sha256:")+12] + "…"
+	}
+	return p.Repository + "@" + d
+}

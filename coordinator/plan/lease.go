@@ -1,0 +1,117 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+)
+
+// ParseSlot reads a slot Lease of pool. ok is false when the Lease is not a
+// slot of this pool at all (its name does not parse to the pool).
+func ParseSlot(pool string, l *coordinationv1.Lease) (s Slot, ok bool) {
+	p, kind, idx, err := lease.ParseSlotName(l.Name)
+	if err != nil || p != pool {
+		return Slot{}, false
+	}
+	s = Slot{Name: l.Name, Kind: kind, Index: idx}
+	if l.Spec.HolderIdentity != nil {
+		s.Holder = *l.Spec.HolderIdentity
+	}
+	g, err := lease.Parse(l)
+	switch {
+	case errors.Is(err, lease.ErrFree):
+		// A free slot with leftover grant annotations is damaged: reset it,
+		// so nothing stale is read from it later.
+		if l.Labels[lease.LabelHolder] != "" || l.Annotations[lease.AnnotationImage] != "" || l.Annotations[lease.AnnotationPhase] != "" {
+			s.State, s.Problem = SlotMalformed, "free slot with leftover grant labels or annotations"
+			return s, true
+		}
+		s.State = SlotFree
+	case err != nil:
+		s.State, s.Problem = SlotMalformed, err.Error()
+	default:
+		s.State, s.Grant = SlotHeld, g
+		if kind == lease.KindReboot {
+			switch v := l.Annotations[lease.AnnotationCordonedByUs]; v {
+			case "true", "false":
+				s.CordonedByUs = v == "true"
+			default:
+				s.State, s.Problem = SlotMalformed, fmt.Sprintf("annotation %s=%q is not true or false", lease.AnnotationCordonedByUs, v)
+			}
+		}
+	}
+	return s, true
+}
+
+// NewSlotLease is a free slot Lease to create.
+func NewSlotLease(pool string, ref SlotRef) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      ref.Name,
+			Namespace: lease.Namespace,
+			Labels:    map[string]string{lease.LabelPool: pool, lease.LabelSlot: string(ref.Kind)},
+		},
+	}
+}
+
+// ApplyToLease makes change c on l (the Lease as read), at now. The caller
+// writes l back with one Update, so a concurrent change loses with a Conflict.
+func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDuration time.Duration) {
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	mt := &metav1.MicroTime{Time: now}
+	switch c.Op {
+	case OpGrant:
+		tr := int32(0)
+		if l.Spec.LeaseTransitions != nil {
+			tr = *l.Spec.LeaseTransitions
+		}
+		clearGrant(l)
+		secs := int32(leaseDuration / time.Second)
+		if secs < 1 {
+			secs = 1
+		}
+		l.Spec.HolderIdentity = ptr.To(c.Node)
+		l.Spec.AcquireTime, l.Spec.RenewTime = mt, mt.DeepCopy()
+		l.Spec.LeaseDurationSeconds = ptr.To(secs)
+		l.Spec.LeaseTransitions = ptr.To(tr + 1)
+		l.Labels[lease.LabelHolder] = c.Node
+		l.Annotations[lease.AnnotationImage] = c.Image.String()
+		l.Annotations[lease.AnnotationBootID] = c.BootID
+		if c.Kind == lease.KindReboot {
+			l.Annotations[lease.AnnotationPhase] = string(lease.PhaseDraining)
+			l.Annotations[lease.AnnotationCordonedByUs] = strconv.FormatBool(c.CordonedByUs)
+		}
+	case OpAdvance:
+		l.Annotations[lease.AnnotationPhase] = string(lease.PhaseReboot)
+		// renewTime starts the reboot timer; the agent renews it until it reboots.
+		l.Spec.RenewTime = mt
+	case OpCordon:
+		l.Annotations[lease.AnnotationCordonedByUs] = "true"
+	case OpMarkFailed:
+		l.Annotations[lease.AnnotationFailure] = c.Failure
+	case OpRelease, OpRevoke, OpReset:
+		clearGrant(l)
+	}
+}
+
+func clearGrant(l *coordinationv1.Lease) {
+	l.Spec.HolderIdentity = nil
+	l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = nil, nil, nil
+	delete(l.Labels, lease.LabelHolder)
+	for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationPhase,
+		lease.AnnotationFailure, lease.AnnotationCordonedByUs} {
+		delete(l.Annotations, a)
+	}
+}

@@ -1,0 +1,221 @@
+// Package plan is the coordinator's decision: one pure function from what it
+// observed about a pool (spec, nodes, BootcNodes, slot Leases, drains, now) to
+// the changes to make. Nothing here does I/O; the controller reads, calls Plan
+// and writes (docs/coordinator.md).
+package plan
+
+import (
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// Input is one observation of a pool.
+type Input struct {
+	// Pool is the pool as read (spec, status, generation).
+	Pool *fleetv1.BootcNodePool
+	// Target is the resolved image, or the last one resolved when
+	// ResolveError is set (existing grants still finish against it).
+	Target imageref.Pinned
+	// ResolveError is why spec.image could not be resolved; no new grants.
+	ResolveError string
+	// Nodes are every Node the pool cares about: those its selector matches
+	// (InPool) and those a slot or BootcNode of the pool still refers to. A
+	// node absent from this list does not exist.
+	Nodes []Node
+	// BootcNodes named after Nodes, or whose spec.pool is this pool.
+	BootcNodes []fleetv1.BootcNode
+	// Slots are the pool's slot Leases.
+	Slots []Slot
+	// Drains is the drain tracker's view, by node.
+	Drains map[string]Drain
+	// Now is the time of the observation.
+	Now time.Time
+	// LeaseDuration is written on every grant.
+	LeaseDuration time.Duration
+}
+
+// Node is what the planner needs of a Node.
+type Node struct {
+	Name string
+	// InPool: the pool's selector matches the node.
+	InPool bool
+	// OtherPools lists other pools whose selectors match it too (a conflict).
+	OtherPools []string
+	Ready      bool
+	// Unschedulable is spec.unschedulable (cordoned).
+	Unschedulable bool
+	// BootID is status.nodeInfo.bootID, written by the kubelet.
+	BootID string
+}
+
+// SlotState is what a slot Lease reads as.
+type SlotState int
+
+const (
+	SlotFree SlotState = iota
+	SlotHeld
+	// SlotMalformed: held or damaged in a way that is not a valid grant.
+	SlotMalformed
+)
+
+// Slot is one slot Lease, parsed.
+type Slot struct {
+	Name  string
+	Kind  lease.Kind
+	Index int
+	State SlotState
+	// Grant is valid when State is SlotHeld.
+	Grant lease.Grant
+	// CordonedByUs is the cordoned-by-us annotation of a reboot grant.
+	CordonedByUs bool
+	// Holder is spec.holderIdentity, also for a malformed slot.
+	Holder string
+	// Problem says why a slot is malformed.
+	Problem string
+}
+
+// DrainState is where a node's drain is.
+type DrainState string
+
+const (
+	DrainRunning DrainState = "Running"
+	DrainDone    DrainState = "Done"
+	DrainFailed  DrainState = "Failed"
+)
+
+// Drain is the tracker's record of a node's drain for one grant.
+type Drain struct {
+	Grant lease.ID
+	State DrainState
+	// Message of the last failed attempt: names the blocking pods or PDBs.
+	Message  string
+	Attempts int
+}
+
+// Op is a change to one slot Lease.
+type Op string
+
+const (
+	// OpGrant gives a free slot to a node (one optimistic-concurrency update).
+	OpGrant Op = "Grant"
+	// OpAdvance moves a reboot grant from Draining to Reboot.
+	OpAdvance Op = "Advance"
+	// OpCordon records cordoned-by-us=true on a Draining grant, then cordons.
+	OpCordon Op = "Cordon"
+	// OpMarkFailed writes the failure annotation; the slot stays held.
+	OpMarkFailed Op = "MarkFailed"
+	// OpRelease frees a slot whose work is done (verified for reboot slots).
+	OpRelease Op = "Release"
+	// OpRevoke frees a slot whose work is no longer wanted.
+	OpRevoke Op = "Revoke"
+	// OpReset rewrites a malformed slot as free.
+	OpReset Op = "Reset"
+)
+
+// SlotChange is one update of one slot Lease, applied to the Lease as read.
+type SlotChange struct {
+	Slot string
+	Kind lease.Kind
+	Op   Op
+	// Node is the holder (granted to, or released from).
+	Node string
+	// Grant fields.
+	Image        imageref.Pinned
+	BootID       string
+	CordonedByUs bool
+	// Failure is the reason OpMarkFailed writes.
+	Failure string
+	// Uncordon: before the slot is cleared, uncordon Node (we cordoned it).
+	Uncordon bool
+	// Why is a short CamelCase cause, for logs and events.
+	Why string
+}
+
+// SlotRef names a slot Lease to create.
+type SlotRef struct {
+	Name  string
+	Kind  lease.Kind
+	Index int
+}
+
+// DrainStart asks the controller to drain a (cordoned) node for a grant.
+type DrainStart struct {
+	Node    string
+	Grant   lease.ID
+	Timeout time.Duration
+}
+
+// BootcNodeChange creates a BootcNode or sets its spec.
+type BootcNodeChange struct {
+	Name string
+	Spec fleetv1.BootcNodeSpec
+}
+
+// Event is a Kubernetes Event to record on the pool.
+type Event struct {
+	Type    string // Normal or Warning
+	Reason  string
+	Message string
+}
+
+// Output is every change Plan decided, in the order to make them.
+type Output struct {
+	CreateSlots []SlotRef
+	// DeleteSlots are free surplus slots.
+	DeleteSlots []string
+	// Changes are slot updates: releases and revokes first, then grants.
+	Changes []SlotChange
+	// Uncordon lists nodes to uncordon that no slot change covers.
+	Uncordon    []string
+	StartDrains []DrainStart
+	StopDrains  []string
+
+	CreateBootcNodes []BootcNodeChange
+	UpdateBootcNodes []BootcNodeChange
+	DeleteBootcNodes []string
+
+	Status fleetv1.BootcNodePoolStatus
+	Events []Event
+	// RequeueAfter is when the next deadline (lease expiry, reboot timeout)
+	// falls; zero when none.
+	RequeueAfter time.Duration
+}
+
+// Event reasons.
+const (
+	EventStageGranted   = "StageGranted"
+	EventRebootGranted  = "RebootGranted"
+	EventDrained        = "Drained"
+	EventDrainFailed    = "DrainFailed"
+	EventNodeUpdated    = "NodeUpdated"
+	EventStaged         = "Staged"
+	EventGrantRevoked   = "GrantRevoked"
+	EventGrantReleased  = "GrantReleased"
+	EventRebootTimeout  = "RebootTimeout"
+	EventImageChanged   = "ImageChanged"
+	EventResolveFailed  = "ResolveFailed"
+	EventHalted         = "Halted"
+	EventNodeConflict   = "NodeConflict"
+	EventSlotMalformed  = "SlotMalformed"
+	EventRolloutDone    = "RolloutComplete"
+	EventCordonRestored = "CordonRestored"
+)
+
+// Why values of slot changes.
+const (
+	WhyStaged        = "Staged"
+	WhyVerified      = "Verified"
+	WhyExpired       = "Expired"
+	WhyImageChanged  = "ImageChanged"
+	WhyNodeDeleted   = "NodeDeleted"
+	WhyLeftPool      = "LeftPool"
+	WhyBootChanged   = "BootChanged"
+	WhyDrained       = "Drained"
+	WhyMalformed     = "Malformed"
+	WhyNotRenewed    = "NotRenewed"
+	WhyAlreadyDone   = "AlreadyOnTarget"
+	WhyRebootTimeout = fleetv1.ReasonRebootTimeout
+)

@@ -1,0 +1,351 @@
+// Package testbootc is a faithful stand-in for bootc on a test host: an
+// in-memory state machine (Machine) that prints the same BootcHost documents
+// bootc prints, plus a thin executable (cmd/test-bootc) with bootc's command
+// line over a state directory. Harnesses also use it to play reboots.
+package testbootc
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+)
+
+// Deployment is one ostree deployment of a container image.
+type Deployment struct {
+	Image             string     `json:"image"`  // reference as given to switch
+	Digest            string     `json:"digest"` // sha256:<64 hex>
+	Version           string     `json:"version,omitempty"`
+	Timestamp         *time.Time `json:"timestamp,omitempty"`
+	DownloadOnly      bool       `json:"downloadOnly,omitempty"`
+	SoftRebootCapable bool       `json:"softRebootCapable,omitempty"`
+}
+
+// Failure makes a command fail like bootc does: exit code and stderr text.
+type Failure struct {
+	ExitCode int    `json:"exitCode"`
+	Stderr   string `json:"stderr"`
+	// Times is how many invocations still fail; 0 means every one.
+	Times int `json:"times,omitempty"`
+}
+
+// Knobs are the behaviours a test sets.
+type Knobs struct {
+	// SwitchDelay: the executable's switch sleeps this long before staging.
+	SwitchDelay Duration `json:"switchDelay,omitempty"`
+	// SwitchHang: the executable's switch starts a child and sleeps until killed.
+	SwitchHang bool `json:"switchHang,omitempty"`
+	// HangIgnoreTERM: a hanging switch ignores SIGTERM (only SIGKILL ends it).
+	HangIgnoreTERM bool `json:"hangIgnoreTERM,omitempty"`
+	SwitchFailure  *Failure `json:"switchFailure,omitempty"`
+	ApplyFailure   *Failure `json:"applyFailure,omitempty"`
+	StatusFailure  *Failure `json:"statusFailure,omitempty"`
+	// SoftRebootCapable marks newly staged deployments as soft-reboot capable.
+	SoftRebootCapable bool `json:"softRebootCapable,omitempty"`
+	// Versions maps a digest to the version label of its image.
+	Versions map[string]string `json:"versions,omitempty"`
+	// DropLockedOnReboot mimics ostree keeping a download-only staged
+	// deployment's record in /run: a reboot then loses it. By default a locked
+	// staged deployment survives the reboot, still staged.
+	DropLockedOnReboot bool `json:"dropLockedOnReboot,omitempty"`
+	// APIVersion printed in documents (default org.containers.bootc/v1).
+	APIVersion string `json:"apiVersion,omitempty"`
+}
+
+// State is everything a Machine holds; it is what the executable persists.
+type State struct {
+	Booted          *Deployment `json:"booted,omitempty"`
+	Staged          *Deployment `json:"staged,omitempty"`
+	Rollback        *Deployment `json:"rollback,omitempty"`
+	BootID          string      `json:"bootID"`
+	BootIDFile      string      `json:"bootIDFile,omitempty"` // written on every reboot by Dir
+	SoftRebootCount uint32      `json:"softRebootCount"`
+	Reboots         int         `json:"reboots"`
+	SoftReboots     int         `json:"softReboots"`
+	Knobs           Knobs       `json:"knobs"`
+	// Stale, when set, is returned by Status instead of the current document.
+	Stale *Stale `json:"stale,omitempty"`
+}
+
+// Stale is a frozen status document returned until Until (or, with a zero
+// Until, until Settle), like bootc status lagging early in a boot.
+type Stale struct {
+	Document json.RawMessage `json:"document"`
+	Until    time.Time       `json:"until,omitzero"`
+}
+
+// Errors of Machine operations. Each message matches what the executable prints.
+var (
+	ErrTagRef      = errors.New("test-bootc: tag refs need a registry")
+	ErrNoStaged    = errors.New("No staged deployment found")
+	ErrInvalidRef  = errors.New("test-bootc: invalid image reference")
+)
+
+// FailureError is returned when a Failure knob fired.
+type FailureError struct{ Failure Failure }
+
+func (e *FailureError) Error() string { return strings.TrimSpace(e.Failure.Stderr) }
+
+// Machine is one simulated bootc host. It is safe for concurrent use.
+type Machine struct {
+	mu  sync.Mutex
+	s   State
+	now func() time.Time
+}
+
+// NewMachine returns a machine in state s. A missing boot ID is generated.
+func NewMachine(s State) *Machine {
+	if s.BootID == "" {
+		s.BootID = NewBootID()
+	}
+	return &Machine{s: clone(s), now: time.Now}
+}
+
+// NewBooted returns a machine booted on ref (repo@sha256:...).
+func NewBooted(ref string) (*Machine, error) {
+	p, err := imageref.ParsePinned(ref)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRef, err)
+	}
+	return NewMachine(State{Booted: &Deployment{Image: p.String(), Digest: p.Digest}}), nil
+}
+
+// SetClock replaces time.Now (for simulations with virtual time).
+func (m *Machine) SetClock(now func() time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now = now
+}
+
+// State returns a copy of the machine's state.
+func (m *Machine) State() State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return clone(m.s)
+}
+
+// Configure changes the knobs.
+func (m *Machine) Configure(fn func(*Knobs)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fn(&m.s.Knobs)
+}
+
+// BootID returns the current boot ID.
+func (m *Machine) BootID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.s.BootID
+}
+
+// Status returns the `bootc status --format=json` document: the frozen one
+// while a stale window is open, else the current one.
+func (m *Machine) Status() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st := m.s.Stale; st != nil {
+		if st.Until.IsZero() || m.now().Before(st.Until) {
+			return append([]byte(nil), st.Document...)
+		}
+		m.s.Stale = nil
+	}
+	return render(m.s)
+}
+
+// StatusError returns the StatusFailure knob's error, if it fires.
+func (m *Machine) StatusError() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return fire(&m.s.Knobs.StatusFailure)
+}
+
+// Switch stages ref locked (download-only), replacing any staged deployment.
+// Switching to the booted image with nothing staged changes nothing.
+func (m *Machine) Switch(ref string) error {
+	p, err := ParseSwitchRef(ref)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := fire(&m.s.Knobs.SwitchFailure); err != nil {
+		return err
+	}
+	if b := m.s.Booted; b != nil && m.s.Staged == nil && b.Image == p.String() && b.Digest == p.Digest {
+		return nil
+	}
+	ts := m.now().UTC().Truncate(time.Second)
+	m.s.Staged = &Deployment{
+		Image:             p.String(),
+		Digest:            p.Digest,
+		Version:           m.s.Knobs.Versions[p.Digest],
+		Timestamp:         &ts,
+		DownloadOnly:      true,
+		SoftRebootCapable: m.s.Knobs.SoftRebootCapable,
+	}
+	return nil
+}
+
+// ParseSwitchRef validates a switch target like bootc would for this
+// simulation: a digest reference; a tag would need a registry lookup.
+func ParseSwitchRef(ref string) (imageref.Pinned, error) {
+	if err := imageref.Validate(ref); err != nil {
+		return imageref.Pinned{}, fmt.Errorf("%w: %w", ErrInvalidRef, err)
+	}
+	p, err := imageref.ParsePinned(ref)
+	if err != nil {
+		return imageref.Pinned{}, ErrTagRef
+	}
+	return p, nil
+}
+
+// Apply unlocks the staged deployment (`bootc upgrade --from-downloaded`).
+func (m *Machine) Apply() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := fire(&m.s.Knobs.ApplyFailure); err != nil {
+		return err
+	}
+	if m.s.Staged == nil {
+		return ErrNoStaged
+	}
+	m.s.Staged.DownloadOnly = false
+	return nil
+}
+
+// RebootOptions shape a simulated reboot.
+type RebootOptions struct {
+	// StaleFor keeps returning the pre-reboot document this long.
+	StaleFor time.Duration
+	// StaleUntilSettle keeps returning it until Settle.
+	StaleUntilSettle bool
+}
+
+// Reboot plays a full reboot: an unlocked staged deployment becomes booted
+// (the old booted becomes rollback); a locked one is not applied. The boot ID
+// changes. It returns the new boot ID.
+func (m *Machine) Reboot(opts RebootOptions) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pre := render(m.s)
+	m.transition(true)
+	m.s.BootID = NewBootID()
+	m.s.Reboots++
+	m.stale(pre, opts)
+	return m.s.BootID
+}
+
+// SoftReboot plays a systemd soft reboot: the kernel stays, so the boot ID
+// does not change and the soft-reboot count grows. Only an unlocked,
+// soft-reboot capable staged deployment is entered; otherwise userspace
+// restarts on the same deployment.
+func (m *Machine) SoftReboot(opts RebootOptions) uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pre := render(m.s)
+	if st := m.s.Staged; st != nil && !st.DownloadOnly && st.SoftRebootCapable {
+		m.transition(false)
+	}
+	m.s.SoftRebootCount++
+	m.s.SoftReboots++
+	m.stale(pre, opts)
+	return m.s.SoftRebootCount
+}
+
+func (m *Machine) transition(full bool) {
+	st := m.s.Staged
+	switch {
+	case st == nil:
+	case st.DownloadOnly:
+		if full && m.s.Knobs.DropLockedOnReboot {
+			m.s.Staged = nil
+		}
+	default:
+		st.SoftRebootCapable = false
+		m.s.Rollback, m.s.Booted, m.s.Staged = m.s.Booted, st, nil
+	}
+}
+
+func (m *Machine) stale(pre []byte, opts RebootOptions) {
+	switch {
+	case opts.StaleUntilSettle:
+		m.s.Stale = &Stale{Document: pre}
+	case opts.StaleFor > 0:
+		m.s.Stale = &Stale{Document: pre, Until: m.now().Add(opts.StaleFor)}
+	default:
+		m.s.Stale = nil
+	}
+}
+
+// SetStale freezes the current document for d (d <= 0: until Settle).
+func (m *Machine) SetStale(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stale(render(m.s), RebootOptions{StaleFor: d, StaleUntilSettle: d <= 0})
+}
+
+// Settle ends a stale window.
+func (m *Machine) Settle() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.s.Stale = nil
+}
+
+// NewBootID returns a random ID in the format of /proc/sys/kernel/random/boot_id.
+func NewBootID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func fire(f **Failure) error {
+	if *f == nil {
+		return nil
+	}
+	fl := **f
+	if fl.Times > 0 {
+		if fl.Times == 1 {
+			*f = nil
+		} else {
+			(*f).Times--
+		}
+	}
+	return &FailureError{Failure: fl}
+}
+
+func clone(s State) State {
+	data, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	var c State
+	if err := json.Unmarshal(data, &c); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Duration is a time.Duration written as "1.5s" in JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}

@@ -1,0 +1,254 @@
+package testbootc
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Files in a state directory.
+const (
+	StateFile       = "state.json"
+	LockFile        = "lock"
+	InvocationsFile = "invocations.jsonl"
+	HangPIDsFile    = "hang.pids"   // pids of a hanging switch and its child
+	SignalsFile     = "signals.log" // signals a hanging switch received
+	DefaultBootID   = "boot_id"     // default boot-id file name
+)
+
+// EnvState names the state directory the executable uses.
+const EnvState = "BOOTC_TEST_STATE"
+
+// Dir is a state directory: a JSON state file updated atomically under an
+// flock, plus logs. Every executable invocation goes through it.
+type Dir string
+
+// Init creates dir and writes s as its state. An empty s.BootIDFile becomes
+// dir/boot_id; the boot ID is written there.
+func Init(dir string, s State) (Dir, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	d := Dir(abs)
+	if s.BootIDFile == "" {
+		s.BootIDFile = filepath.Join(abs, DefaultBootID)
+	}
+	m := NewMachine(s)
+	unlock, err := d.lock()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if err := d.save(m); err != nil {
+		return "", err
+	}
+	return d, writeFileAtomic(m.s.BootIDFile, []byte(m.s.BootID+"\n"))
+}
+
+// Path returns a file of the directory.
+func (d Dir) Path(name string) string { return filepath.Join(string(d), name) }
+
+// Update loads the machine under the lock, runs fn, and saves the result
+// (also when fn fails, so a consumed Failure knob sticks). A reboot writes
+// the new boot ID to the boot-id file.
+func (d Dir) Update(fn func(*Machine) error) error {
+	unlock, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	m, err := d.load()
+	if err != nil {
+		return err
+	}
+	before := m.s.BootID
+	fnErr := fn(m)
+	if err := d.save(m); err != nil {
+		return err
+	}
+	if m.s.BootID != before && m.s.BootIDFile != "" {
+		if err := writeFileAtomic(m.s.BootIDFile, []byte(m.s.BootID+"\n")); err != nil {
+			return err
+		}
+	}
+	return fnErr
+}
+
+// Machine returns a snapshot of the stored machine.
+func (d Dir) Machine() (*Machine, error) {
+	unlock, err := d.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return d.load()
+}
+
+// Configure changes the stored knobs.
+func (d Dir) Configure(fn func(*Knobs)) error {
+	return d.Update(func(m *Machine) error { m.Configure(fn); return nil })
+}
+
+// Reboot plays a reboot on the stored machine and returns the new boot ID.
+func (d Dir) Reboot(opts RebootOptions) (string, error) {
+	var id string
+	err := d.Update(func(m *Machine) error { id = m.Reboot(opts); return nil })
+	return id, err
+}
+
+// Invocation is one run of the executable.
+type Invocation struct {
+	Time time.Time `json:"time"`
+	Args []string  `json:"args"` // argv without argv[0]
+}
+
+// Invocations returns every recorded invocation, oldest first.
+func (d Dir) Invocations() ([]Invocation, error) {
+	f, err := os.Open(d.Path(InvocationsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Invocation
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var inv Invocation
+		if err := json.Unmarshal(sc.Bytes(), &inv); err != nil {
+			return nil, fmt.Errorf("%s: %w", InvocationsFile, err)
+		}
+		out = append(out, inv)
+	}
+	return out, sc.Err()
+}
+
+// HangPIDs returns the pids a hanging switch recorded (itself, then its child).
+func (d Dir) HangPIDs() ([]int, error) {
+	data, err := os.ReadFile(d.Path(HangPIDsFile))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		p, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", HangPIDsFile, err)
+		}
+		pids = append(pids, p)
+	}
+	return pids, nil
+}
+
+// Signals returns the signals a hanging switch received, one per line.
+func (d Dir) Signals() ([]string, error) {
+	data, err := os.ReadFile(d.Path(SignalsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return strings.Fields(string(data)), err
+}
+
+func (d Dir) record(args []string) error {
+	line, err := json.Marshal(Invocation{Time: time.Now().UTC(), Args: args})
+	if err != nil {
+		return err
+	}
+	unlock, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	f, err := os.OpenFile(d.Path(InvocationsFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (d Dir) lock() (func(), error) {
+	f, err := os.OpenFile(d.Path(LockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("flock %s: %w", f.Name(), err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+func (d Dir) load() (*Machine, error) {
+	data, err := os.ReadFile(d.Path(StateFile))
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Path(StateFile), err)
+	}
+	return NewMachine(s), nil
+}
+
+func (d Dir) save(m *Machine) error {
+	data, err := json.MarshalIndent(m.State(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(d.Path(StateFile), append(data, '\n'))
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
