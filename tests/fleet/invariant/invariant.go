@@ -1,0 +1,361 @@
+// Package invariant checks the invariants I1-I5 of docs/design.md over the
+// log of one whole run of a fleet. It is pure: the harness records what
+// happened, in an order that respects causality, and Check says what broke.
+//
+// Ordering. Lease versions are ordered by the API server (resourceVersion).
+// Every disruptive agent action names the lease version the agent confirmed
+// right before acting (the agent's optimistic-concurrency renew), so I1 is
+// checked against the exact grant the API server saw, whatever the order in
+// which the harness logged things. Node cordons come from one watch of all
+// Nodes and are therefore ordered among themselves.
+package invariant
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+)
+
+// Kind is what happened.
+type Kind string
+
+const (
+	// LeaseVersion: a new version of a slot Lease (from a watch).
+	LeaseVersion Kind = "LeaseVersion"
+	// Cordon / Uncordon: a Node's spec.unschedulable changed (from a watch).
+	Cordon   Kind = "Cordon"
+	Uncordon Kind = "Uncordon"
+	// StageStart / StageEnd: bootc switch --download-only began / ended.
+	StageStart Kind = "StageStart"
+	StageEnd   Kind = "StageEnd"
+	// Apply: bootc upgrade --from-downloaded ran.
+	Apply Kind = "Apply"
+	// Reboot: the agent asked logind (or systemd) to reboot.
+	Reboot Kind = "Reboot"
+	// UnplannedReboot: the harness rebooted a node on its own (power loss).
+	UnplannedReboot Kind = "UnplannedReboot"
+	// Boot: the node came up in a new boot (BootID).
+	Boot Kind = "Boot"
+)
+
+// Event is one thing that happened. Fields not relevant to a kind are empty.
+type Event struct {
+	Seq  int64 // order in which the harness logged it
+	At   time.Time
+	Kind Kind
+	Pool string
+	Node string
+
+	// LeaseVersion
+	Lease  string
+	RV     int64 // resourceVersion
+	Holder string
+	Slot   lease.Kind
+	Phase  lease.Phase
+
+	// Actions and grants
+	Image  string // repo@sha256
+	BootID string // grant: the grant's boot; action: the node's current boot; Boot: the new boot
+	// ContentBoot is the boot whose state the status the action was based on
+	// describes (from the test bootc). Equal to BootID unless the status was
+	// stale from an earlier boot.
+	ContentBoot string
+	// GrantLease/GrantRV: the lease version the agent confirmed before acting.
+	GrantLease string
+	GrantRV    int64
+	Soft       bool
+	Detail     string
+}
+
+func (e Event) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d %s %s", e.Seq, e.At.Format("15:04:05.000"), e.Kind)
+	add := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, " %s=%s", k, v)
+		}
+	}
+	add("node", e.Node)
+	add("lease", e.Lease)
+	if e.RV != 0 {
+		add("rv", fmt.Sprint(e.RV))
+	}
+	add("holder", e.Holder)
+	add("phase", string(e.Phase))
+	add("image", short(e.Image))
+	add("boot", short(e.BootID))
+	if e.ContentBoot != e.BootID {
+		add("contentBoot", short(e.ContentBoot))
+	}
+	if e.GrantLease != "" {
+		add("grant", fmt.Sprintf("%s@%d", e.GrantLease, e.GrantRV))
+	}
+	add("detail", e.Detail)
+	return b.String()
+}
+
+func short(s string) string {
+	if at := strings.LastIndex(s, ":"); at >= 0 && len(s)-at > 12 {
+		return s[:at+13] + "…"
+	}
+	if len(s) > 13 {
+		return s[:13] + "…"
+	}
+	return s
+}
+
+// Pool is the budget of one pool.
+type Pool struct {
+	MaxUnavailable int
+	MaxStaging     int
+	HaltAfter      int
+}
+
+// FinalNode is a node's state at the end of the run.
+type FinalNode struct {
+	Pool    string
+	Booted  string // repo@sha256 booted
+	Phase   string
+	Reason  string
+	Healthy bool // the harness let it come back (not a never-returning node)
+}
+
+// Final is the state at the end of the run.
+type Final struct {
+	Target map[string]string // pool -> target repo@sha256
+	Halted map[string]bool   // pool -> Halted condition True
+	Nodes  map[string]FinalNode
+}
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant string // I1..I5
+	Node      string
+	Message   string
+	Events    []Event // the events that show it
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s violated on node %s: %s", v.Invariant, v.Node, v.Message)
+	for _, e := range v.Events {
+		fmt.Fprintf(&b, "\n    %s", e)
+	}
+	return b.String()
+}
+
+// Check checks I1-I5 over a run.
+func Check(events []Event, pools map[string]Pool, final Final) []Violation {
+	evs := append([]Event(nil), events...)
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+	var out []Violation
+	out = append(out, checkGated(evs)...)
+	out = append(out, checkBudget(evs, pools)...)
+	out = append(out, checkOneRebootPerGrant(evs)...)
+	out = append(out, checkConvergence(evs, pools, final)...)
+	out = append(out, checkFreshness(evs)...)
+	return out
+}
+
+type leaseKey struct {
+	name string
+	rv   int64
+}
+
+// checkGated is I1: every stage and every reboot happened under a valid grant
+// for that node, that image and that boot.
+func checkGated(evs []Event) []Violation {
+	versions := map[leaseKey]Event{}
+	for _, e := range evs {
+		if e.Kind == LeaseVersion {
+			versions[leaseKey{e.Lease, e.RV}] = e
+		}
+	}
+	var out []Violation
+	for _, e := range evs {
+		var want lease.Kind
+		switch e.Kind {
+		case StageStart:
+			want = lease.KindStage
+		case Apply, Reboot:
+			want = lease.KindReboot
+		default:
+			continue
+		}
+		g, ok := versions[leaseKey{e.GrantLease, e.GrantRV}]
+		var why string
+		switch {
+		case e.GrantLease == "":
+			why = "no grant named"
+		case !ok:
+			why = fmt.Sprintf("grant %s@%d never seen", e.GrantLease, e.GrantRV)
+		case g.Holder != e.Node:
+			why = fmt.Sprintf("grant held by %q", g.Holder)
+		case g.Slot != want:
+			why = fmt.Sprintf("%s slot used for %s", g.Slot, e.Kind)
+		case g.Image != e.Image:
+			why = fmt.Sprintf("grant for image %s", g.Image)
+		case g.BootID != e.BootID:
+			why = fmt.Sprintf("grant issued in boot %s, node in boot %s", g.BootID, e.BootID)
+		case want == lease.KindReboot && g.Phase != lease.PhaseReboot:
+			why = fmt.Sprintf("reboot grant in phase %q", g.Phase)
+		}
+		if why != "" {
+			evidence := []Event{e}
+			if ok {
+				evidence = append([]Event{g}, e)
+			}
+			out = append(out, Violation{"I1", e.Node, fmt.Sprintf("%s not gated: %s", e.Kind, why), evidence})
+		}
+	}
+	return out
+}
+
+// checkBudget is I2: nodes of a pool cordoned by us (which covers draining
+// and rebooting: an agent reboot must happen while cordoned) are at most
+// maxUnavailable; nodes staging are at most maxStaging.
+func checkBudget(evs []Event, pools map[string]Pool) []Violation {
+	var out []Violation
+	cordoned := map[string]map[string]bool{} // pool -> node
+	staging := map[string]map[string]bool{}
+	var window []Event // recent events, for evidence
+	set := func(m map[string]map[string]bool, pool, node string, on bool) int {
+		if m[pool] == nil {
+			m[pool] = map[string]bool{}
+		}
+		if on {
+			m[pool][node] = true
+		} else {
+			delete(m[pool], node)
+		}
+		return len(m[pool])
+	}
+	reported := map[string]bool{}
+	for _, e := range evs {
+		window = append(window, e)
+		if len(window) > 12 {
+			window = window[1:]
+		}
+		p := pools[e.Pool]
+		switch e.Kind {
+		case Cordon, Uncordon:
+			n := set(cordoned, e.Pool, e.Node, e.Kind == Cordon)
+			if n > p.MaxUnavailable && !reported["u"+e.Pool] {
+				reported["u"+e.Pool] = true
+				out = append(out, Violation{"I2", e.Node, fmt.Sprintf("%d nodes of pool %s cordoned at once (%s), maxUnavailable %d",
+					n, e.Pool, keys(cordoned[e.Pool]), p.MaxUnavailable), append([]Event(nil), window...)})
+			}
+		case StageStart, StageEnd:
+			n := set(staging, e.Pool, e.Node, e.Kind == StageStart)
+			if n > p.MaxStaging && !reported["s"+e.Pool] {
+				reported["s"+e.Pool] = true
+				out = append(out, Violation{"I2", e.Node, fmt.Sprintf("%d nodes of pool %s staging at once (%s), maxStaging %d",
+					n, e.Pool, keys(staging[e.Pool]), p.MaxStaging), append([]Event(nil), window...)})
+			}
+		case Reboot:
+			if !cordoned[e.Pool][e.Node] {
+				out = append(out, Violation{"I2", e.Node, "agent rebooted a node that was not cordoned", []Event{e}})
+			}
+		}
+	}
+	return out
+}
+
+// checkOneRebootPerGrant is I3: reboots of a node never exceed the reboot
+// grants it got, and no grant is spent twice.
+func checkOneRebootPerGrant(evs []Event) []Violation {
+	grants := map[string]map[string]bool{} // node -> lease#transition identity (lease+boot)
+	spent := map[string]Event{}            // grant identity -> the reboot that spent it
+	reboots := map[string][]Event{}
+	lastHolder := map[string]string{}
+	var out []Violation
+	for _, e := range evs {
+		switch e.Kind {
+		case LeaseVersion:
+			// A new grant: the holder changed to a node, or the boot it was issued in changed.
+			id := e.Lease + "/" + e.BootID + "/" + e.Image
+			if e.Slot == lease.KindReboot && e.Holder != "" && lastHolder[e.Lease] != e.Holder+id {
+				if grants[e.Holder] == nil {
+					grants[e.Holder] = map[string]bool{}
+				}
+				grants[e.Holder][id] = true
+			}
+			lastHolder[e.Lease] = e.Holder + id
+		case Reboot:
+			reboots[e.Node] = append(reboots[e.Node], e)
+			id := fmt.Sprintf("%s@boot %s", e.GrantLease, e.BootID)
+			if first, dup := spent[id]; dup {
+				out = append(out, Violation{"I3", e.Node, "one grant spent on two reboots", []Event{first, e}})
+			}
+			spent[id] = e
+		}
+	}
+	for node, rs := range reboots {
+		if len(rs) > len(grants[node]) {
+			out = append(out, Violation{"I3", node, fmt.Sprintf("%d reboots, %d reboot grants", len(rs), len(grants[node])), rs})
+		}
+	}
+	return out
+}
+
+// checkConvergence is I4: every healthy node ends booted on its pool's
+// target; a node that cannot is Degraded with a reason; the pool halts after
+// haltAfterFailures such nodes.
+func checkConvergence(evs []Event, pools map[string]Pool, final Final) []Violation {
+	var out []Violation
+	failures := map[string]int{}
+	for _, name := range sortedKeys(final.Nodes) {
+		n := final.Nodes[name]
+		target := final.Target[n.Pool]
+		switch {
+		case n.Healthy && n.Booted != target:
+			out = append(out, Violation{"I4", name, fmt.Sprintf("healthy node ended booted on %s, target %s (phase %s %s)", n.Booted, target, n.Phase, n.Reason), lastOf(evs, name, 8)})
+		case !n.Healthy && n.Booted != target:
+			failures[n.Pool]++
+		}
+	}
+	for pool, p := range pools {
+		if p.HaltAfter > 0 && failures[pool] >= p.HaltAfter && !final.Halted[pool] {
+			out = append(out, Violation{"I4", "-", fmt.Sprintf("pool %s has %d failed nodes, haltAfterFailures %d, but is not Halted", pool, failures[pool], p.HaltAfter), nil})
+		}
+	}
+	return out
+}
+
+// checkFreshness is I5: no disruptive action used a status read in an earlier boot.
+func checkFreshness(evs []Event) []Violation {
+	var out []Violation
+	for _, e := range evs {
+		switch e.Kind {
+		case StageStart, Apply, Reboot:
+			if e.ContentBoot != e.BootID {
+				out = append(out, Violation{"I5", e.Node, fmt.Sprintf("%s based on status from boot %s in boot %s", e.Kind, e.ContentBoot, e.BootID), []Event{e}})
+			}
+		}
+	}
+	return out
+}
+
+func lastOf(evs []Event, node string, n int) []Event {
+	var out []Event
+	for i := len(evs) - 1; i >= 0 && len(out) < n; i-- {
+		if evs[i].Node == node || evs[i].Holder == node {
+			out = append([]Event{evs[i]}, out...)
+		}
+	}
+	return out
+}
+
+func keys(m map[string]bool) string { return strings.Join(sortedKeys(m), ",") }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

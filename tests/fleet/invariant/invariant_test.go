@@ -1,0 +1,191 @@
+package invariant
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+)
+
+const (
+	imgA  = "q.io/os@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	imgB  = "q.io/os@sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	boot1 = "boot-1"
+	boot2 = "boot-2"
+)
+
+var pools = map[string]Pool{"p": {MaxUnavailable: 1, MaxStaging: 1, HaltAfter: 1}}
+
+// log builds a history with increasing Seq.
+type log struct{ evs []Event }
+
+func (l *log) add(e Event) *log {
+	e.Seq = int64(len(l.evs) + 1)
+	e.At = time.Unix(0, 0).Add(time.Duration(e.Seq) * time.Second)
+	e.Pool = "p"
+	if e.ContentBoot == "" {
+		e.ContentBoot = e.BootID
+	}
+	l.evs = append(l.evs, e)
+	return l
+}
+
+func grant(l *log, name string, rv int64, node string, kind lease.Kind, img, boot string, phase lease.Phase) {
+	l.add(Event{Kind: LeaseVersion, Lease: name, RV: rv, Holder: node, Node: node, Slot: kind, Image: img, BootID: boot, Phase: phase})
+}
+
+// cleanRun is one node going from imgA to imgB under grants.
+func cleanRun() *log {
+	l := &log{}
+	grant(l, "p-stage-0", 1, "n1", lease.KindStage, imgB, boot1, "")
+	l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1})
+	l.add(Event{Kind: StageEnd, Node: "n1"})
+	grant(l, "p-stage-0", 2, "", lease.KindStage, "", "", "")
+	grant(l, "p-reboot-0", 3, "n1", lease.KindReboot, imgB, boot1, lease.PhaseDraining)
+	l.add(Event{Kind: Cordon, Node: "n1"})
+	grant(l, "p-reboot-0", 4, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+	l.add(Event{Kind: Apply, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 4})
+	l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 4})
+	l.add(Event{Kind: Boot, Node: "n1", BootID: boot2})
+	grant(l, "p-reboot-0", 5, "", lease.KindReboot, "", "", "")
+	l.add(Event{Kind: Uncordon, Node: "n1"})
+	return l
+}
+
+func finalOK() Final {
+	return Final{Target: map[string]string{"p": imgB}, Halted: map[string]bool{},
+		Nodes: map[string]FinalNode{"n1": {Pool: "p", Booted: imgB, Phase: "Idle", Healthy: true}}}
+}
+
+func TestCleanRunHasNoViolations(t *testing.T) {
+	if v := Check(cleanRun().evs, pools, finalOK()); len(v) != 0 {
+		t.Fatalf("violations on a clean run: %v", v)
+	}
+}
+
+// TestTheOldOperatorBug replays the failure bootc-fleet exists to prevent:
+// after a reboot the node reads stale status, stages the same image again
+// and reboots a second time on its own.
+func TestTheOldOperatorBug(t *testing.T) {
+	l := cleanRun()
+	l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot2, ContentBoot: boot1})
+	l.add(Event{Kind: StageEnd, Node: "n1"})
+	l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot2, ContentBoot: boot1, GrantLease: "p-reboot-0", GrantRV: 4})
+	got := Check(l.evs, pools, finalOK())
+	want := map[string]bool{"I1": false, "I2": false, "I3": false, "I5": false}
+	for _, v := range got {
+		want[v.Invariant] = true
+		if v.Node != "n1" || len(v.Events) == 0 || !strings.Contains(v.String(), "n1") {
+			t.Errorf("violation without node or evidence: %v", v)
+		}
+	}
+	for inv, seen := range want {
+		if !seen {
+			t.Errorf("%s not reported; got %v", inv, got)
+		}
+	}
+}
+
+func TestViolations(t *testing.T) {
+	cases := []struct {
+		name  string
+		build func() *log
+		final func() Final
+		want  string // invariant and a word of the message
+	}{
+		{"stage without grant", func() *log {
+			l := &log{}
+			l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1})
+			return l
+		}, finalOK, "I1 no grant named"},
+		{"stage under another node's grant", func() *log {
+			l := &log{}
+			grant(l, "p-stage-0", 1, "n2", lease.KindStage, imgB, boot1, "")
+			l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1})
+			return l
+		}, finalOK, `I1 grant held by "n2"`},
+		{"stage of another image", func() *log {
+			l := &log{}
+			grant(l, "p-stage-0", 1, "n1", lease.KindStage, imgA, boot1, "")
+			l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1})
+			return l
+		}, finalOK, "I1 grant for image"},
+		{"reboot under a grant of another boot", func() *log {
+			l := &log{}
+			grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot2, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, finalOK, "I1 grant issued in boot"},
+		{"reboot while draining", func() *log {
+			l := &log{}
+			grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseDraining)
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, finalOK, `I1 reboot grant in phase "Draining"`},
+		{"stage slot used to reboot", func() *log {
+			l := &log{}
+			grant(l, "p-stage-0", 1, "n1", lease.KindStage, imgB, boot1, "")
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1})
+			return l
+		}, finalOK, "I1 stage slot used"},
+		{"two nodes cordoned with maxUnavailable 1", func() *log {
+			l := &log{}
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Cordon, Node: "n2"})
+			return l
+		}, finalOK, "I2 2 nodes of pool p cordoned"},
+		{"two nodes staging with maxStaging 1", func() *log {
+			l := &log{}
+			l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1})
+			l.add(Event{Kind: StageStart, Node: "n2", Image: imgB, BootID: boot1})
+			return l
+		}, finalOK, "I2 2 nodes of pool p staging"},
+		{"reboot of an uncordoned node", func() *log {
+			l := &log{}
+			grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, finalOK, "I2 agent rebooted a node that was not cordoned"},
+		{"healthy node on the old image", cleanRun, func() Final {
+			f := finalOK()
+			f.Nodes["n1"] = FinalNode{Pool: "p", Booted: imgA, Healthy: true}
+			return f
+		}, "I4 healthy node ended booted"},
+		{"failed node without halt", cleanRun, func() Final {
+			f := finalOK()
+			f.Nodes["n2"] = FinalNode{Pool: "p", Booted: imgA, Healthy: false}
+			return f
+		}, "I4 pool p has 1 failed nodes"},
+		{"action on stale status", func() *log {
+			l := &log{}
+			grant(l, "p-stage-0", 1, "n1", lease.KindStage, imgB, boot2, "")
+			l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot2, ContentBoot: boot1, GrantLease: "p-stage-0", GrantRV: 1})
+			return l
+		}, finalOK, "I5 StageStart based on status from boot boot-1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Check(tc.build().evs, pools, tc.final())
+			inv, word, _ := strings.Cut(tc.want, " ")
+			for _, v := range got {
+				if v.Invariant == inv && strings.Contains(v.String(), word) {
+					return
+				}
+			}
+			t.Fatalf("want %s, got %v", tc.want, got)
+		})
+	}
+}
+
+func TestHaltedPoolWithFailedNodeIsFine(t *testing.T) {
+	f := finalOK()
+	f.Nodes["n2"] = FinalNode{Pool: "p", Booted: imgA, Phase: "Degraded", Reason: "RebootTimeout", Healthy: false}
+	f.Halted["p"] = true
+	if v := Check(cleanRun().evs, pools, f); len(v) != 0 {
+		t.Fatalf("violations: %v", v)
+	}
+}
