@@ -1,0 +1,88 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+)
+
+// Kubelet plays one node's kubelet: it registers the Node and keeps its Ready
+// condition and nodeInfo.bootID true to the simulated machine.
+type Kubelet struct {
+	Client kubernetes.Interface
+	Node   string
+	Labels map[string]string
+}
+
+// Register creates the Node (or takes over an existing one), Ready in bootID.
+func (k *Kubelet) Register(ctx context.Context, bootID string) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.Node, Labels: k.Labels}}
+	if _, err := k.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering node %s: %w", k.Node, err)
+	}
+	return k.SetReady(ctx, true, bootID)
+}
+
+// SetReady writes the Ready condition and, when bootID is not empty, nodeInfo.bootID.
+func (k *Kubelet) SetReady(ctx context.Context, ready bool, bootID string) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		n, err := k.Client.CoreV1().Nodes().Get(ctx, k.Node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		status, reason := corev1.ConditionTrue, "KubeletReady"
+		if !ready {
+			status, reason = corev1.ConditionFalse, "KubeletNotReady"
+		}
+		now := metav1.Now()
+		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason,
+			LastHeartbeatTime: now, LastTransitionTime: now}
+		replaced := false
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				if n.Status.Conditions[i].Status == status {
+					cond.LastTransitionTime = n.Status.Conditions[i].LastTransitionTime
+				}
+				n.Status.Conditions[i], replaced = cond, true
+			}
+		}
+		if !replaced {
+			n.Status.Conditions = append(n.Status.Conditions, cond)
+		}
+		if bootID != "" {
+			n.Status.NodeInfo.BootID = bootID
+		}
+		_, err = k.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// FinishPodDeletions plays every kubelet's part in evictions: a pod marked
+// for deletion is removed for good, as a kubelet does once its containers
+// stopped. It runs until ctx ends.
+func FinishPodDeletions(ctx context.Context, c kubernetes.Interface, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				_ = c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			}
+		}
+	}
+}
