@@ -37,6 +37,8 @@ Simulation only:
 For more information, try '--help'.
 `
 
+var simulationOnly = map[string]bool{"sim-init": true, "sim-reboot": true, "sim-soft-reboot": true, "settle": true}
+
 // Main runs the test-bootc command line with args (argv without argv[0])
 // against the state directory named by $BOOTC_TEST_STATE, and returns the
 // exit code.
@@ -47,9 +49,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	d := Dir(dir)
-	if err := d.record(args); err != nil {
-		fmt.Fprintf(stderr, "error: test-bootc: recording invocation: %v\n", err)
-		return exitError
+	// Record bootc commands only: the log is what the agent ran, not what
+	// the harness played (sim-*, settle).
+	if len(args) == 0 || !simulationOnly[args[0]] {
+		if err := d.record(args); err != nil {
+			fmt.Fprintf(stderr, "error: test-bootc: recording invocation: %v\n", err)
+			return exitError
+		}
 	}
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "error: 'bootc' requires a subcommand but one was not provided\n\n%s", usage)

@@ -41,7 +41,7 @@ type Knobs struct {
 	// SwitchHang: the executable's switch starts a child and sleeps until killed.
 	SwitchHang bool `json:"switchHang,omitempty"`
 	// HangIgnoreTERM: a hanging switch ignores SIGTERM (only SIGKILL ends it).
-	HangIgnoreTERM bool `json:"hangIgnoreTERM,omitempty"`
+	HangIgnoreTERM bool     `json:"hangIgnoreTERM,omitempty"`
 	SwitchFailure  *Failure `json:"switchFailure,omitempty"`
 	ApplyFailure   *Failure `json:"applyFailure,omitempty"`
 	StatusFailure  *Failure `json:"statusFailure,omitempty"`
@@ -81,9 +81,9 @@ type Stale struct {
 
 // Errors of Machine operations. Each message matches what the executable prints.
 var (
-	ErrTagRef      = errors.New("test-bootc: tag refs need a registry")
-	ErrNoStaged    = errors.New("No staged deployment found")
-	ErrInvalidRef  = errors.New("test-bootc: invalid image reference")
+	ErrTagRef     = errors.New("test-bootc: tag refs need a registry")
+	ErrNoStaged   = errors.New("No staged deployment found")
+	ErrInvalidRef = errors.New("test-bootc: invalid image reference")
 )
 
 // FailureError is returned when a Failure knob fired.

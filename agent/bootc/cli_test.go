@@ -1,0 +1,318 @@
+package bootc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+)
+
+func TestMain(m *testing.M) {
+	// The test binary doubles as test-bootc when re-executed by the CLI tests.
+	testbootc.RunIfRequested()
+	os.Exit(m.Run())
+}
+
+const (
+	bootedRef = "quay.io/example/os@" + d736b
+	targetRef = "quay.io/example/os@" + d16dc
+)
+
+// newHost returns a test bootc state dir booted on bootedRef and a CLI over it.
+func newHost(t *testing.T, knobs testbootc.Knobs) (testbootc.Dir, *CLI) {
+	t.Helper()
+	m, err := testbootc.NewBooted(bootedRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.State()
+	s.Knobs = knobs
+	d, err := testbootc.Init(t.TempDir(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, env := testbootc.SelfExec(d)
+	return d, &CLI{Path: path, Env: env}
+}
+
+func invocations(t *testing.T, d testbootc.Dir) [][]string {
+	t.Helper()
+	invs, err := d.Invocations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]string
+	for _, inv := range invs {
+		out = append(out, inv.Args)
+	}
+	return out
+}
+
+func mustPinned(t *testing.T, ref string) imageref.Pinned {
+	t.Helper()
+	p, err := imageref.ParsePinned(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCLIStageAndApply(t *testing.T) {
+	d, cli := newHost(t, testbootc.Knobs{})
+	ctx := context.Background()
+
+	s, err := cli.Status(ctx)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if s.Booted == nil || s.Booted.Digest != d736b || s.Staged != nil {
+		t.Fatalf("initial status booted=%+v staged=%+v", s.Booted, s.Staged)
+	}
+
+	if err := cli.Switch(ctx, mustPinned(t, targetRef)); err != nil {
+		t.Fatalf("Switch: %v", err)
+	}
+	s, err = cli.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Staged == nil || s.Staged.Digest != d16dc || !s.Staged.DownloadOnly {
+		t.Fatalf("after switch staged = %+v, want %s download-only", s.Staged, d16dc)
+	}
+	if p, err := s.Staged.Pinned(); err != nil || p.String() != targetRef {
+		t.Errorf("staged Pinned() = %v, %v; want %s", p, err, targetRef)
+	}
+
+	if err := cli.ApplyStaged(ctx); err != nil {
+		t.Fatalf("ApplyStaged: %v", err)
+	}
+	s, err = cli.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Staged == nil || s.Staged.DownloadOnly {
+		t.Fatalf("after apply staged = %+v, want unlocked", s.Staged)
+	}
+
+	want := [][]string{
+		{"status", "--format=json"},
+		{"switch", "--download-only", targetRef},
+		{"status", "--format=json"},
+		{"upgrade", "--from-downloaded"},
+		{"status", "--format=json"},
+	}
+	if got := invocations(t, d); !reflect.DeepEqual(got, want) {
+		t.Errorf("bootc ran\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestCLISwitchRejectsUnvalidatedImage(t *testing.T) {
+	tests := []struct {
+		name string
+		img  imageref.Pinned
+	}{
+		{"zero value", imageref.Pinned{}},
+		{"shell metacharacters", imageref.Pinned{Repository: "quay.io/a; touch /tmp/x", Digest: d16dc}},
+		{"option injection", imageref.Pinned{Repository: "--apply", Digest: d16dc}},
+		{"tag in repository", imageref.Pinned{Repository: "quay.io/a:1", Digest: d16dc}},
+		{"digest not sha256", imageref.Pinned{Repository: "quay.io/a", Digest: "md5:abc"}},
+	}
+	d, cli := newHost(t, testbootc.Knobs{})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := cli.Switch(context.Background(), tc.img)
+			if !errors.Is(err, ErrInvalidImage) {
+				t.Fatalf("Switch(%q) = %v, want ErrInvalidImage", tc.img.String(), err)
+			}
+		})
+	}
+	if got := invocations(t, d); len(got) != 0 {
+		t.Errorf("bootc ran %q for invalid images", got)
+	}
+}
+
+func TestCLIFailureKeepsStderrTail(t *testing.T) {
+	long := strings.Repeat("x", 10<<10) + "\nerror: Switching: pulling image: 500 Internal Server Error\n"
+	tests := []struct {
+		name     string
+		failure  testbootc.Failure
+		wantCode int
+		wantTail string
+	}{
+		{"short message", testbootc.Failure{ExitCode: 1, Stderr: "error: Switching: no space left on device\n"}, 1, "no space left on device"},
+		{"custom exit code", testbootc.Failure{ExitCode: 42, Stderr: "error: boom\n"}, 42, "error: boom"},
+		{"long stderr keeps the end", testbootc.Failure{ExitCode: 1, Stderr: long}, 1, "500 Internal Server Error"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.failure
+			_, cli := newHost(t, testbootc.Knobs{SwitchFailure: &f})
+			err := cli.Switch(context.Background(), mustPinned(t, targetRef))
+			if !errors.Is(err, ErrFailed) {
+				t.Fatalf("Switch = %v, want ErrFailed", err)
+			}
+			var ce *CommandError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T is not a *CommandError", err)
+			}
+			if ce.ExitCode != tc.wantCode {
+				t.Errorf("ExitCode = %d, want %d", ce.ExitCode, tc.wantCode)
+			}
+			if len(ce.Stderr) > stderrTail {
+				t.Errorf("kept %d bytes of stderr, want at most %d", len(ce.Stderr), stderrTail)
+			}
+			if !strings.Contains(ce.Stderr, tc.wantTail) || !strings.Contains(err.Error(), tc.wantTail) {
+				t.Errorf("error %q lacks %q", err, tc.wantTail)
+			}
+		})
+	}
+}
+
+func TestCLIStatusErrors(t *testing.T) {
+	t.Run("bootc missing", func(t *testing.T) {
+		cli := &CLI{Path: filepath.Join(t.TempDir(), "no-bootc")}
+		if _, err := cli.Status(context.Background()); !errors.Is(err, ErrStart) {
+			t.Fatalf("Status = %v, want ErrStart", err)
+		}
+	})
+	t.Run("output is not a status document", func(t *testing.T) {
+		cli := &CLI{Path: "echo"}
+		if _, err := cli.Status(context.Background()); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Status = %v, want ErrMalformed", err)
+		}
+	})
+	t.Run("status fails", func(t *testing.T) {
+		_, cli := newHost(t, testbootc.Knobs{StatusFailure: &testbootc.Failure{ExitCode: 1, Stderr: "error: Opening sysroot: busy\n"}})
+		_, err := cli.Status(context.Background())
+		if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "Opening sysroot") {
+			t.Fatalf("Status = %v, want ErrFailed with stderr", err)
+		}
+	})
+	t.Run("context already done", func(t *testing.T) {
+		d, cli := newHost(t, testbootc.Knobs{})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := cli.Status(ctx)
+		if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Status = %v, want ErrCanceled wrapping context.Canceled", err)
+		}
+		if got := invocations(t, d); len(got) != 0 {
+			t.Errorf("bootc ran %q after cancel", got)
+		}
+	})
+}
+
+func TestCLICancelHangingSwitch(t *testing.T) {
+	tests := []struct {
+		name       string
+		ignoreTERM bool
+		grace      time.Duration
+	}{
+		// A long grace: only SIGTERM can end the command before the test times out.
+		{"SIGTERM ends the process group", false, time.Hour},
+		// bootc ignores SIGTERM: SIGKILL after the grace ends it.
+		{"SIGKILL after grace", true, 200 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, cli := newHost(t, testbootc.Knobs{SwitchHang: true, HangIgnoreTERM: tc.ignoreTERM})
+			cli.Grace = tc.grace
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- cli.Switch(ctx, mustPinned(t, targetRef)) }()
+
+			pids := waitHangPIDs(t, d)
+			if len(pids) != 2 {
+				t.Fatalf("hanging switch recorded pids %v, want itself and a child", pids)
+			}
+			for _, pid := range pids {
+				if processGone(pid) {
+					t.Fatalf("pid %d gone before cancel", pid)
+				}
+			}
+			cancel()
+			err := <-errc
+			if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("Switch = %v, want ErrCanceled wrapping context.Canceled", err)
+			}
+			for _, pid := range pids {
+				waitGone(t, pid)
+			}
+			sigs, err := d.Signals()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sigs) == 0 || sigs[0] != "terminated" {
+				t.Errorf("bootc received signals %q, want SIGTERM first", sigs)
+			}
+			s, err := testbootcStatus(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Staged != nil {
+				t.Errorf("a canceled switch staged %+v", s.Staged)
+			}
+		})
+	}
+}
+
+func testbootcStatus(d testbootc.Dir) (Status, error) {
+	m, err := d.Machine()
+	if err != nil {
+		return Status{}, err
+	}
+	return Parse(m.Status())
+}
+
+// waitHangPIDs waits until the hanging switch has written its pids.
+func waitHangPIDs(t *testing.T, d testbootc.Dir) []int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if pids, err := d.HangPIDs(); err == nil && len(pids) > 0 {
+			return pids
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("switch never started hanging")
+	return nil
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still running after cancel", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// processGone reports whether pid no longer runs: no such process, or a
+// zombie nobody reaped yet (it has exited).
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	// Field 3, after "(comm)", is the state.
+	s := string(stat)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z' || s[i+2] == 'X'
+	}
+	return false
+}

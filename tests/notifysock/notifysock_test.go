@@ -1,0 +1,62 @@
+package notifysock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+func send(t *testing.T, path, msg string) {
+	t.Helper()
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestListenDeliversDatagrams(t *testing.T) {
+	path, msgs := Listen(t)
+	if len(path) >= 108 {
+		t.Fatalf("socket path %q is %d bytes", path, len(path))
+	}
+	if os.Getenv("NOTIFY_SOCKET") != path {
+		t.Errorf("NOTIFY_SOCKET = %q, want %q", os.Getenv("NOTIFY_SOCKET"), path)
+	}
+	send(t, path, "STATUS=starting")
+	send(t, path, "MAINPID=1\nREADY=1")
+	if got := Expect(t, msgs, "READY=1"); got != "MAINPID=1\nREADY=1" {
+		t.Errorf("READY datagram %q", got)
+	}
+}
+
+func TestWaitPrefixTimesOut(t *testing.T) {
+	s, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	send(t, s.Path, "STATUS=x")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := WaitPrefix(ctx, s.Messages(), "READY=1"); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("WaitPrefix = %v, want ErrTimeout", err)
+	}
+	if _, err := WaitPrefixTimeout(s.Messages(), "READY=1", 10*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("WaitPrefixTimeout = %v, want ErrTimeout", err)
+	}
+	if got := s.All(); len(got) != 1 || got[0] != "STATUS=x" {
+		t.Errorf("All() = %q", got)
+	}
+	dir := s.dir
+	s.Close()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("socket dir %s left behind", dir)
+	}
+}

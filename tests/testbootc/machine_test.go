@@ -1,0 +1,361 @@
+package testbootc
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+)
+
+const (
+	dA   = "sha256:736b359467c9437c1ac915acaae952aad854e07eb4a16a94999a48af08c83c34"
+	dB   = "sha256:16dc2b6256b4ff0d2ec18d2dbfb06d117904010c8cf9732cdb022818cf7a7566"
+	dC   = "sha256:b5bb9d8014a0f9b1d61e21e796d78dccdf1352f23cd32812f4850b878ae4944c"
+	refA = "quay.io/example/os@" + dA
+	refB = "quay.io/example/os@" + dB
+	refC = "quay.io/example/os@" + dC
+)
+
+func compileSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	f, err := os.Open("../../agent/bootc/testdata/host-v1.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	if err := c.AddResource("host-v1.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("host-v1.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func booted(t *testing.T, ref string) *Machine {
+	t.Helper()
+	m, err := NewBooted(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type wantDoc struct {
+	booted, staged, rollback string // digests, "" = null
+	stagedLocked             bool
+}
+
+// TestDocumentsMatchSchemaAndParse checks every kind of document the
+// Machine prints against bootc's published schema and reads it back.
+func TestDocumentsMatchSchemaAndParse(t *testing.T) {
+	schema := compileSchema(t)
+	tests := []struct {
+		name  string
+		setup func(t *testing.T) *Machine
+		want  wantDoc
+	}{
+		{"booted only", func(t *testing.T) *Machine { return booted(t, refA) }, wantDoc{booted: dA}},
+		{"staged download-only", func(t *testing.T) *Machine {
+			m := booted(t, refA)
+			must(t, m.Switch(refB))
+			return m
+		}, wantDoc{booted: dA, staged: dB, stagedLocked: true}},
+		{"staged unlocked with version", func(t *testing.T) *Machine {
+			m := booted(t, refA)
+			m.Configure(func(k *Knobs) { k.Versions = map[string]string{dB: "42.1"}; k.SoftRebootCapable = true })
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			return m
+		}, wantDoc{booted: dA, staged: dB}},
+		{"after reboot with rollback", func(t *testing.T) *Machine {
+			m := booted(t, refA)
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			m.Reboot(RebootOptions{})
+			return m
+		}, wantDoc{booted: dB, rollback: dA}},
+		{"rollback and new staged", func(t *testing.T) *Machine {
+			m := booted(t, refA)
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			m.Reboot(RebootOptions{})
+			must(t, m.Switch(refC))
+			return m
+		}, wantDoc{booted: dB, staged: dC, rollback: dA, stagedLocked: true}},
+		{"v1alpha1 host", func(t *testing.T) *Machine {
+			m := booted(t, refA)
+			m.Configure(func(k *Knobs) { k.APIVersion = bootc.APIVersionV1Alpha1 })
+			return m
+		}, wantDoc{booted: dA}},
+		{"nothing booted", func(t *testing.T) *Machine { return NewMachine(State{}) }, wantDoc{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := tc.setup(t).Status()
+			inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := schema.Validate(inst); err != nil {
+				t.Fatalf("document does not match host-v1.schema.json: %v\n%s", err, doc)
+			}
+			s, err := bootc.Parse(doc)
+			if err != nil {
+				t.Fatalf("bootc.Parse: %v\n%s", err, doc)
+			}
+			got := wantDoc{booted: digest(s.Booted), staged: digest(s.Staged), rollback: digest(s.Rollback)}
+			if s.Staged != nil {
+				got.stagedLocked = s.Staged.DownloadOnly
+			}
+			if got != tc.want {
+				t.Errorf("parsed %+v, want %+v", got, tc.want)
+			}
+			for _, e := range []*bootc.Entry{s.Booted, s.Staged, s.Rollback} {
+				if e == nil {
+					continue
+				}
+				if p, err := e.Pinned(); err != nil || p.Digest != e.Digest {
+					t.Errorf("entry %+v: Pinned() = %v, %v", e, p, err)
+				}
+			}
+		})
+	}
+}
+
+func digest(e *bootc.Entry) string {
+	if e == nil {
+		return ""
+	}
+	return e.Digest
+}
+
+func parse(t *testing.T, m *Machine) wantDoc {
+	t.Helper()
+	s, err := bootc.Parse(m.Status())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := wantDoc{booted: digest(s.Booted), staged: digest(s.Staged), rollback: digest(s.Rollback)}
+	if s.Staged != nil {
+		w.stagedLocked = s.Staged.DownloadOnly
+	}
+	return w
+}
+
+func TestMachineReboots(t *testing.T) {
+	tests := []struct {
+		name      string
+		knobs     Knobs
+		steps     func(t *testing.T, m *Machine)
+		want      wantDoc
+		newBootID bool
+		softCount uint32
+	}{
+		{"reboot applies an unlocked staged image", Knobs{}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			m.Reboot(RebootOptions{})
+		}, wantDoc{booted: dB, rollback: dA}, true, 0},
+		{"reboot keeps a locked staged image staged", Knobs{}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			m.Reboot(RebootOptions{})
+		}, wantDoc{booted: dA, staged: dB, stagedLocked: true}, true, 0},
+		{"reboot drops a locked staged image when ostree keeps it in /run", Knobs{DropLockedOnReboot: true}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			m.Reboot(RebootOptions{})
+		}, wantDoc{booted: dA}, true, 0},
+		{"reboot with nothing staged changes only the boot", Knobs{}, func(t *testing.T, m *Machine) {
+			m.Reboot(RebootOptions{})
+		}, wantDoc{booted: dA}, true, 0},
+		{"switch replaces a staged image", Knobs{}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			must(t, m.Switch(refC))
+		}, wantDoc{booted: dA, staged: dC, stagedLocked: true}, false, 0},
+		{"switch to the booted image is a no-op", Knobs{}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refA))
+		}, wantDoc{booted: dA}, false, 0},
+		{"soft reboot enters a capable unlocked image, same boot ID", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dB, rollback: dA}, false, 1},
+		{"soft reboot does not enter an incapable image", Knobs{}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dA, staged: dB}, false, 1},
+		{"soft reboot does not enter a locked image", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dA, staged: dB, stagedLocked: true}, false, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := booted(t, refA)
+			m.Configure(func(k *Knobs) { *k = tc.knobs })
+			before := m.BootID()
+			tc.steps(t, m)
+			if got := parse(t, m); got != tc.want {
+				t.Errorf("status %+v, want %+v", got, tc.want)
+			}
+			if changed := m.BootID() != before; changed != tc.newBootID {
+				t.Errorf("boot ID changed = %v, want %v", changed, tc.newBootID)
+			}
+			if got := m.State().SoftRebootCount; got != tc.softCount {
+				t.Errorf("SoftRebootCount = %d, want %d", got, tc.softCount)
+			}
+		})
+	}
+}
+
+func TestMachineStaleWindow(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := booted(t, refA)
+	m.SetClock(func() time.Time { return now })
+	must(t, m.Switch(refB))
+	must(t, m.Apply())
+	m.Reboot(RebootOptions{StaleFor: time.Minute})
+	if got := parse(t, m); got.booted != dA || got.staged != dB {
+		t.Fatalf("inside the stale window status = %+v, want the pre-reboot document", got)
+	}
+	now = now.Add(time.Minute)
+	if got := parse(t, m); got != (wantDoc{booted: dB, rollback: dA}) {
+		t.Fatalf("after the stale window status = %+v", got)
+	}
+
+	must(t, m.Switch(refC))
+	must(t, m.Apply())
+	m.Reboot(RebootOptions{StaleUntilSettle: true})
+	now = now.Add(24 * time.Hour)
+	if got := parse(t, m); got.booted != dB {
+		t.Fatalf("before settle status = %+v, want pre-reboot", got)
+	}
+	m.Settle()
+	if got := parse(t, m); got.booted != dC {
+		t.Fatalf("after settle status = %+v, want booted %s", got, dC)
+	}
+}
+
+func TestMachineRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		ref  string
+		want error
+	}{
+		{"tag ref", "quay.io/example/os:latest", ErrTagRef},
+		{"garbage", "quay.io/example/os; reboot", ErrInvalidRef},
+		{"empty", "", ErrInvalidRef},
+		{"uppercase digest", "quay.io/example/os@" + strings.ToUpper(dB), ErrInvalidRef},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := booted(t, refA)
+			if err := m.Switch(tc.ref); !errors.Is(err, tc.want) {
+				t.Fatalf("Switch(%q) = %v, want %v", tc.ref, err, tc.want)
+			}
+			if got := parse(t, m); got.staged != "" {
+				t.Errorf("a rejected switch staged %s", got.staged)
+			}
+		})
+	}
+	t.Run("apply with nothing staged", func(t *testing.T) {
+		if err := booted(t, refA).Apply(); !errors.Is(err, ErrNoStaged) {
+			t.Fatalf("Apply = %v, want ErrNoStaged", err)
+		}
+	})
+}
+
+func TestFailureKnobCountsDown(t *testing.T) {
+	m := booted(t, refA)
+	m.Configure(func(k *Knobs) { k.SwitchFailure = &Failure{ExitCode: 1, Stderr: "error: pull failed", Times: 2} })
+	for i := range 2 {
+		var fe *FailureError
+		if err := m.Switch(refB); !errors.As(err, &fe) {
+			t.Fatalf("switch %d = %v, want the configured failure", i, err)
+		}
+	}
+	must(t, m.Switch(refB))
+	if got := parse(t, m); got.staged != dB {
+		t.Fatalf("third switch did not stage: %+v", got)
+	}
+}
+
+func TestMachineConcurrentUse(t *testing.T) {
+	m := booted(t, refA)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 50 {
+				switch i % 4 {
+				case 0:
+					_ = m.Switch(refB)
+				case 1:
+					_ = m.Apply()
+				case 2:
+					m.Reboot(RebootOptions{})
+				default:
+					if _, err := bootc.Parse(m.Status()); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := bootc.Parse(m.Status()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewBootIDFormat(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		id := NewBootID()
+		if !lease.ValidBootID(id) || seen[id] {
+			t.Fatalf("boot ID %q invalid or repeated", id)
+		}
+		seen[id] = true
+	}
+}
+
+// The schema check is live: a document bootc would never print fails it.
+func TestSchemaRejectsBrokenDocument(t *testing.T) {
+	schema := compileSchema(t)
+	for name, doc := range map[string]string{
+		"entry without pinned": `{"apiVersion":"v","kind":"BootcHost","status":{"booted":{"incompatible":false}}}`,
+		"timestamp not a time": `{"apiVersion":"v","kind":"BootcHost","status":{"booted":{"incompatible":false,"pinned":false,"image":{"image":{"image":"a","transport":"registry"},"imageDigest":"x","architecture":"amd64","timestamp":"soon"}}}}`,
+		"missing kind":         `{"apiVersion":"v"}`,
+	} {
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if schema.Validate(inst) == nil {
+			t.Errorf("%s: schema accepted %s", name, doc)
+		}
+	}
+}
