@@ -25,9 +25,6 @@ func (l *Log) Add(e invariant.Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	if e.ContentBoot == "" {
-		e.ContentBoot = e.BootID
-	}
 	l.events = append(l.events, e)
 }
 

@@ -77,6 +77,9 @@ type State struct {
 type Stale struct {
 	Document json.RawMessage `json:"document"`
 	Until    time.Time       `json:"until,omitzero"`
+	// Boot is the boot ID (and soft-reboot count) the frozen document
+	// describes, so a simulation can tell which boot a status came from.
+	Boot string `json:"boot,omitempty"`
 }
 
 // Errors of Machine operations. Each message matches what the executable prints.
@@ -157,6 +160,32 @@ func (m *Machine) Status() []byte {
 	return render(m.s)
 }
 
+// StatusFrom is Status plus the boot the document describes: "<boot ID>/<soft
+// reboots>" of the boot it was true in, which is the current boot unless a
+// stale window is open.
+func (m *Machine) StatusFrom() (doc []byte, boot string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st := m.s.Stale; st != nil {
+		if st.Until.IsZero() || m.now().Before(st.Until) {
+			return append([]byte(nil), st.Document...), st.Boot
+		}
+		m.s.Stale = nil
+	}
+	return render(m.s), m.bootLocked()
+}
+
+// Boot is the current boot as StatusFrom names it.
+func (m *Machine) Boot() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bootLocked()
+}
+
+func (m *Machine) bootLocked() string {
+	return fmt.Sprintf("%s/%d", m.s.BootID, m.s.SoftRebootCount)
+}
+
 // StatusError returns the StatusFailure knob's error, if it fires.
 func (m *Machine) StatusError() error {
 	m.mu.Lock()
@@ -233,10 +262,11 @@ func (m *Machine) Reboot(opts RebootOptions) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pre := render(m.s)
+	preBoot := m.bootLocked()
 	m.transition(true)
 	m.s.BootID = NewBootID()
 	m.s.Reboots++
-	m.stale(pre, opts)
+	m.stale(pre, preBoot, opts)
 	return m.s.BootID
 }
 
@@ -248,12 +278,13 @@ func (m *Machine) SoftReboot(opts RebootOptions) uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pre := render(m.s)
+	preBoot := m.bootLocked()
 	if st := m.s.Staged; st != nil && !st.DownloadOnly && st.SoftRebootCapable {
 		m.transition(false)
 	}
 	m.s.SoftRebootCount++
 	m.s.SoftReboots++
-	m.stale(pre, opts)
+	m.stale(pre, preBoot, opts)
 	return m.s.SoftRebootCount
 }
 
@@ -271,12 +302,12 @@ func (m *Machine) transition(full bool) {
 	}
 }
 
-func (m *Machine) stale(pre []byte, opts RebootOptions) {
+func (m *Machine) stale(pre []byte, preBoot string, opts RebootOptions) {
 	switch {
 	case opts.StaleUntilSettle:
-		m.s.Stale = &Stale{Document: pre}
+		m.s.Stale = &Stale{Document: pre, Boot: preBoot}
 	case opts.StaleFor > 0:
-		m.s.Stale = &Stale{Document: pre, Until: m.now().Add(opts.StaleFor)}
+		m.s.Stale = &Stale{Document: pre, Until: m.now().Add(opts.StaleFor), Boot: preBoot}
 	default:
 		m.s.Stale = nil
 	}
@@ -286,7 +317,7 @@ func (m *Machine) stale(pre []byte, opts RebootOptions) {
 func (m *Machine) SetStale(d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.stale(render(m.s), RebootOptions{StaleFor: d, StaleUntilSettle: d <= 0})
+	m.stale(render(m.s), m.bootLocked(), RebootOptions{StaleFor: d, StaleUntilSettle: d <= 0})
 }
 
 // Settle ends a stale window.

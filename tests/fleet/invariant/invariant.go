@@ -59,9 +59,10 @@ type Event struct {
 	// Actions and grants
 	Image  string // repo@sha256
 	BootID string // grant: the grant's boot; action: the node's current boot; Boot: the new boot
-	// ContentBoot is the boot whose state the status the action was based on
-	// describes (from the test bootc). Equal to BootID unless the status was
-	// stale from an earlier boot.
+	// CurrentBoot is the node's boot (boot ID and soft-reboot count) when it
+	// acted; ContentBoot is the boot whose state the status the action was
+	// based on describes. They differ only when the status was stale.
+	CurrentBoot string
 	ContentBoot string
 	// GrantLease/GrantRV: the lease version the agent confirmed before acting.
 	GrantLease string
@@ -87,7 +88,7 @@ func (e Event) String() string {
 	add("phase", string(e.Phase))
 	add("image", short(e.Image))
 	add("boot", short(e.BootID))
-	if e.ContentBoot != e.BootID {
+	if e.ContentBoot != e.CurrentBoot {
 		add("contentBoot", short(e.ContentBoot))
 	}
 	if e.GrantLease != "" {
@@ -331,8 +332,8 @@ func checkFreshness(evs []Event) []Violation {
 	for _, e := range evs {
 		switch e.Kind {
 		case StageStart, Apply, Reboot:
-			if e.ContentBoot != e.BootID {
-				out = append(out, Violation{"I5", e.Node, fmt.Sprintf("%s based on status from boot %s in boot %s", e.Kind, e.ContentBoot, e.BootID), []Event{e}})
+			if e.ContentBoot != e.CurrentBoot {
+				out = append(out, Violation{"I5", e.Node, fmt.Sprintf("%s based on status from boot %s in boot %s", e.Kind, e.ContentBoot, e.CurrentBoot), []Event{e}})
 			}
 		}
 	}

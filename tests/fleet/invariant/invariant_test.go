@@ -24,8 +24,11 @@ func (l *log) add(e Event) *log {
 	e.Seq = int64(len(l.evs) + 1)
 	e.At = time.Unix(0, 0).Add(time.Duration(e.Seq) * time.Second)
 	e.Pool = "p"
+	if e.CurrentBoot == "" {
+		e.CurrentBoot = e.BootID
+	}
 	if e.ContentBoot == "" {
-		e.ContentBoot = e.BootID
+		e.ContentBoot = e.CurrentBoot
 	}
 	l.evs = append(l.evs, e)
 	return l
