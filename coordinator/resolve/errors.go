@@ -49,7 +49,10 @@ func (e *Error) Error() string {
 	if e.Registry != "" {
 		fmt.Fprintf(&b, " at registry %s", e.Registry)
 	}
-	fmt.Fprintf(&b, ": %v", e.Kind)
+	// Skip the kind when the cause already starts with it.
+	if e.Err == nil || !strings.HasPrefix(e.Err.Error(), e.Kind.Error()) {
+		fmt.Fprintf(&b, ": %v", e.Kind)
+	}
 	if e.Hint != "" {
 		fmt.Fprintf(&b, " (%s)", e.Hint)
 	}
@@ -88,20 +91,21 @@ func Reason(err error) string {
 	}
 }
 
-// classify turns a go-containerregistry failure into an *Error.
-// rctx is the context of the attempt, bounded by timeout.
-func classify(ref, registry string, timeout time.Duration, rctx context.Context, err error) *Error {
+// classify turns a go-containerregistry failure into an *Error. rctx is the
+// context of the attempt, bounded by timeout; insecure says plain HTTP was
+// allowed, so a failed TLS attempt before it is expected noise.
+func classify(ref, registry string, insecure bool, timeout time.Duration, rctx context.Context, err error) *Error {
 	e := &Error{Ref: ref, Registry: registry, Err: err}
 	switch {
 	case errors.Is(err, errPlainHTTP):
 		e.Kind = ErrTLS
 		e.Hint = "the registry does not answer over TLS; list it as insecure to allow plain HTTP"
-	case isTLS(err):
-		e.Kind = ErrTLS
-		e.Hint = "check the registry's certificate, or list it as insecure if it serves plain HTTP"
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
 		e.Kind = ErrUnreachable
 		e.Hint = fmt.Sprintf("no answer within %s", timeout)
+	case !insecure && isTLS(err):
+		e.Kind = ErrTLS
+		e.Hint = "check the registry's certificate, or list it as insecure if it serves plain HTTP"
 	default:
 		var te *transport.Error
 		if errors.As(err, &te) {
@@ -145,10 +149,15 @@ func isNetwork(err error) bool {
 	return errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// isAuth reports a registry refusing access.
-func isAuth(err error) bool {
+// isFinal reports an HTTP answer that a GET would only repeat: access
+// refused, or the registry overloaded or failing.
+func isFinal(err error) bool {
 	var te *transport.Error
-	return errors.As(err, &te) && kindOfStatus(te) == ErrUnauthorized
+	if !errors.As(err, &te) {
+		return false
+	}
+	k := kindOfStatus(te)
+	return k == ErrUnauthorized || k == ErrUnreachable
 }
 
 func isTLS(err error) bool {

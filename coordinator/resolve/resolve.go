@@ -112,6 +112,10 @@ func (r *Resolver) Resolve(ctx context.Context, ref string) (imageref.Pinned, er
 		remote.WithContext(rctx),
 		remote.WithAuthFromKeychain(r.keychain),
 		remote.WithTransport(r.transport),
+		// go-containerregistry's retries sleep regardless of ctx (1s, then
+		// 3s); keep them short so Timeout stays close to the real bound.
+		// The pool is resolved again on its interval anyway.
+		remote.WithRetryBackoff(remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
 	}
 
 	dgst, err := r.digest(tag, opts)
@@ -120,7 +124,7 @@ func (r *Resolver) Resolve(ctx context.Context, ref string) (imageref.Pinned, er
 			// The caller gave up; that says nothing about the registry.
 			return imageref.Pinned{}, fmt.Errorf("resolving %s: %w", ref, ctx.Err())
 		}
-		return imageref.Pinned{}, classify(ref, registry, r.timeout, rctx, err)
+		return imageref.Pinned{}, classify(ref, registry, r.insecure[registry], r.timeout, rctx, err)
 	}
 	p, err := imageref.PinnedFromDigest(ref, dgst)
 	if err != nil {
@@ -132,14 +136,13 @@ func (r *Resolver) Resolve(ctx context.Context, ref string) (imageref.Pinned, er
 }
 
 // digest asks for the manifest's digest with HEAD and falls back to GET when
-// the registry answered HEAD with something other than a network or
-// authentication failure.
+// HEAD got an answer a GET might improve on (some registries mishandle HEAD).
 func (r *Resolver) digest(tag name.Tag, opts []remote.Option) (string, error) {
 	desc, headErr := remote.Head(tag, opts...)
 	if headErr == nil {
 		return desc.Digest.String(), nil
 	}
-	if isNetwork(headErr) || isAuth(headErr) {
+	if isNetwork(headErr) || isFinal(headErr) {
 		return "", headErr
 	}
 	full, err := remote.Get(tag, opts...)

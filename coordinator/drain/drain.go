@@ -1,0 +1,321 @@
+// Package drain cordons, drains and uncordons the Nodes the coordinator is
+// about to reboot, with kubectl's drain library.
+//
+// A drain evicts through the Eviction API, so the API server enforces every
+// PodDisruptionBudget. It leaves DaemonSet pods (their controller would put
+// them right back, and they must keep running on the node until the reboot)
+// and mirror pods (the kubelet owns them). It also evicts:
+//   - pods with emptyDir volumes: their data does not survive the node's
+//     reboot anyway;
+//   - pods without a controller: a reboot would kill them just the same, and
+//     refusing them would let any stray pod halt a rollout forever. Such a
+//     pod is logged, and is not recreated anywhere.
+//
+// Each pod gets its own terminationGracePeriodSeconds. Cordon first: Drain
+// does not cordon, so the caller controls (and records) who cordoned.
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/kubernetes"
+	kdrain "k8s.io/kubectl/pkg/drain"
+)
+
+const (
+	// defaultRetryDelay is the pause between eviction attempts that a
+	// PodDisruptionBudget refused (kubectl drain waits 5s).
+	defaultRetryDelay = 2 * time.Second
+	// reportTimeout bounds the API reads that explain a failed drain.
+	reportTimeout = 10 * time.Second
+	// maxListed bounds how many pods an error message names.
+	maxListed = 5
+)
+
+// Drainer cordons, drains and uncordons Nodes.
+type Drainer struct {
+	client     kubernetes.Interface
+	log        logr.Logger
+	retryDelay time.Duration
+}
+
+// New returns a Drainer that acts through client and logs progress to log.
+func New(client kubernetes.Interface, log logr.Logger) *Drainer {
+	return &Drainer{client: client, log: log, retryDelay: defaultRetryDelay}
+}
+
+// Cordon marks node unschedulable. wasCordoned reports that it already was
+// (then nothing is written), so the caller can restore exactly that state.
+// The write is conditional on the Node's resourceVersion, so a cordon by
+// someone else between the read and the write is seen, not claimed.
+func (d *Drainer) Cordon(ctx context.Context, node string) (wasCordoned bool, err error) {
+	err = d.setUnschedulable(ctx, node, true, &wasCordoned)
+	return wasCordoned, err
+}
+
+// Uncordon marks node schedulable (a no-op if it is).
+func (d *Drainer) Uncordon(ctx context.Context, node string) error {
+	return d.setUnschedulable(ctx, node, false, nil)
+}
+
+func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, already *bool) error {
+	verb := map[bool]string{true: "cordoning", false: "uncordoning"}[want]
+	for {
+		n, err := d.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("%s node %s: %w", verb, node, err)
+		}
+		if n.Spec.Unschedulable == want {
+			if already != nil {
+				*already = true
+			}
+			return nil
+		}
+		// A merge patch carrying resourceVersion is a conditional write:
+		// it fails with Conflict if the Node changed since the read.
+		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"unschedulable":%t}}`, n.ResourceVersion, want)
+		_, err = d.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s node %s: %w", verb, node, err)
+		}
+		d.log.Info(strings.TrimSuffix(verb, "ing")+"ed node", "node", node)
+		return nil
+	}
+}
+
+// Drain evicts the pods of node (see the package comment for which) and
+// waits until they are gone, for at most timeout (<= 0: until ctx ends).
+// On failure it returns a *BlockedError naming the pods still on the node and
+// the PodDisruptionBudgets covering them. If ctx ended, the error also
+// matches ctx.Err() with errors.Is.
+func (d *Drainer) Drain(ctx context.Context, node string, timeout time.Duration) error {
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		dctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	defer cancel()
+
+	log := d.log.WithValues("node", node)
+	h := d.helper(dctx, timeout, log)
+	list, errs := h.GetPodsForDeletion(node)
+	if len(errs) > 0 {
+		return d.blocked(ctx, dctx, node, timeout, utilerrors.NewAggregate(errs))
+	}
+	if w := list.Warnings(); w != "" {
+		log.Info("drain leaves or force-evicts some pods", "warnings", w)
+	}
+	pods := list.Pods()
+	log.Info("draining node", "pods", len(pods), "timeout", timeout.String())
+	if err := h.DeleteOrEvictPods(pods); err != nil {
+		return d.blocked(ctx, dctx, node, timeout, err)
+	}
+	log.Info("drained node", "evicted", len(pods))
+	return nil
+}
+
+func (d *Drainer) helper(ctx context.Context, timeout time.Duration, log logr.Logger) *kdrain.Helper {
+	return &kdrain.Helper{
+		Ctx:                  ctx,
+		Client:               d.client,
+		Force:                true,
+		GracePeriodSeconds:   -1,
+		IgnoreAllDaemonSets:  true,
+		DeleteEmptyDirData:   true,
+		Timeout:              max(timeout, 0),
+		EvictErrorRetryDelay: d.retryDelay,
+		// kubectl's printed progress: "evicting pod" lines and the
+		// PodDisruptionBudget refusals it retries.
+		Out:    logWriter{log.V(2)},
+		ErrOut: logWriter{log.V(1)},
+		OnPodDeletionOrEvictionStarted: func(pod *corev1.Pod, usingEviction bool) {
+			log.V(1).Info("evicting pod", "pod", key(pod), "eviction", usingEviction)
+		},
+		OnPodDeletionOrEvictionFinished: func(pod *corev1.Pod, usingEviction bool, err error) {
+			if err != nil {
+				log.Info("pod eviction failed", "pod", key(pod), "error", err.Error())
+				return
+			}
+			log.Info("evicted pod", "pod", key(pod))
+		},
+	}
+}
+
+// blocked explains a failed drain: which pods are still on the node and
+// which PodDisruptionBudgets cover them.
+func (d *Drainer) blocked(ctx, dctx context.Context, node string, timeout time.Duration, cause error) error {
+	be := &BlockedError{Node: node, Err: cause, Timeout: timeout}
+	switch {
+	case ctx.Err() != nil:
+		be.Err = fmt.Errorf("%w: %w", ctx.Err(), cause)
+	case timeout > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded):
+		be.TimedOut = true
+	}
+
+	// The drain's context may be over; the report gets its own, short one.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	h := d.helper(rctx, 0, logr.Discard())
+	list, errs := h.GetPodsForDeletion(node)
+	if list == nil {
+		be.Err = also(be.Err, fmt.Errorf("listing the pods left on node %s: %w", node, utilerrors.NewAggregate(errs)))
+		return be
+	}
+	pdbs := map[string][]pdbSelector{} // by namespace
+	seen := map[string]bool{}
+	for _, p := range list.Pods() {
+		block := PodBlock{Pod: key(&p), Terminating: p.DeletionTimestamp != nil}
+		sels, ok := pdbs[p.Namespace]
+		if !ok {
+			var err error
+			if sels, err = d.pdbsIn(rctx, p.Namespace); err != nil {
+				be.Err = also(be.Err, err)
+			}
+			pdbs[p.Namespace] = sels
+		}
+		for _, s := range sels {
+			if s.selector.Matches(labels.Set(p.Labels)) {
+				block.PDBs = append(block.PDBs, s.name)
+				if !seen[s.name] {
+					seen[s.name] = true
+					be.PDBs = append(be.PDBs, s.name)
+				}
+			}
+		}
+		be.Pods = append(be.Pods, block.Pod)
+		be.Details = append(be.Details, block)
+	}
+	sort.Strings(be.Pods)
+	sort.Strings(be.PDBs)
+	sort.Slice(be.Details, func(i, j int) bool { return be.Details[i].Pod < be.Details[j].Pod })
+	return be
+}
+
+// also adds more to err, on one line (the message ends up in a condition).
+func also(err, more error) error {
+	if err == nil {
+		return more
+	}
+	return fmt.Errorf("%w; %w", err, more)
+}
+
+type pdbSelector struct {
+	name     string // namespace/name
+	selector labels.Selector
+}
+
+// pdbsIn lists the PodDisruptionBudgets of namespace with their selectors,
+// matched the way the Eviction API matches them (an empty selector matches
+// every pod of the namespace in policy/v1).
+func (d *Drainer) pdbsIn(ctx context.Context, namespace string) ([]pdbSelector, error) {
+	list, err := d.client.PolicyV1().PodDisruptionBudgets(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing PodDisruptionBudgets in %s: %w", namespace, err)
+	}
+	var out []pdbSelector
+	for _, p := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+		if err != nil {
+			continue // the API server would not match it either
+		}
+		out = append(out, pdbSelector{name: p.Namespace + "/" + p.Name, selector: sel})
+	}
+	return out, nil
+}
+
+// BlockedError is a drain that did not complete.
+type BlockedError struct {
+	Node string
+	Pods []string // namespace/name of the pods still on the node
+	PDBs []string // namespace/name of the PodDisruptionBudgets covering them
+	Err  error    // the drain's own failure
+
+	Timeout  time.Duration // the drain's timeout (<= 0: none)
+	TimedOut bool          // the timeout ran out (not the caller's ctx)
+	Details  []PodBlock    // per pod, what holds it
+}
+
+// PodBlock is one pod a drain could not remove.
+type PodBlock struct {
+	Pod         string   // namespace/name
+	PDBs        []string // namespace/name of the PodDisruptionBudgets covering it
+	Terminating bool     // evicted, waiting for its containers to stop
+}
+
+func (e *BlockedError) Error() string {
+	var b strings.Builder
+	b.WriteString("drain of " + e.Node)
+	if e.TimedOut {
+		fmt.Fprintf(&b, " timed out after %s", e.Timeout)
+	} else {
+		b.WriteString(" failed")
+	}
+	details := e.Details
+	if len(details) == 0 {
+		for _, p := range e.Pods {
+			details = append(details, PodBlock{Pod: p})
+		}
+	}
+	for i, p := range details {
+		if i == maxListed {
+			fmt.Fprintf(&b, "; and %d more pods", len(details)-maxListed)
+			break
+		}
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(p.String())
+	}
+	// A timeout is fully told by the pods; any other failure needs its cause.
+	if !e.TimedOut && e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	return b.String()
+}
+
+func (e *BlockedError) Unwrap() error { return e.Err }
+
+func (p PodBlock) String() string {
+	switch {
+	case p.Terminating:
+		return "pod " + p.Pod + " still terminating"
+	case len(p.PDBs) == 1:
+		return "pod " + p.Pod + " blocked by PodDisruptionBudget " + p.PDBs[0]
+	case len(p.PDBs) > 1:
+		return "pod " + p.Pod + " blocked by PodDisruptionBudgets " + strings.Join(p.PDBs, ", ")
+	default:
+		return "pod " + p.Pod + " not evicted"
+	}
+}
+
+func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// logWriter turns kubectl's printed lines into log lines.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	if w.log.Enabled() {
+		for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+			if line != "" {
+				w.log.Info(line)
+			}
+		}
+	}
+	return len(p), nil
+}
