@@ -101,8 +101,16 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 		l.Annotations[lease.AnnotationCordonedByUs] = "true"
 	case OpMarkFailed:
 		l.Annotations[lease.AnnotationFailure] = c.Failure
-	case OpRelease, OpRevoke, OpReset:
+	case OpRelease, OpRevoke:
 		clearGrant(l)
+	case OpReset:
+		clearGrant(l)
+		if pool, kind, _, err := lease.ParseSlotName(l.Name); err == nil {
+			l.Labels[lease.LabelPool], l.Labels[lease.LabelSlot] = pool, string(kind)
+		}
+		if l.Spec.LeaseTransitions != nil && *l.Spec.LeaseTransitions < 0 {
+			l.Spec.LeaseTransitions = ptr.To(int32(0))
+		}
 	}
 }
 

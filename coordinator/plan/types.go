@@ -21,6 +21,8 @@ type Input struct {
 	Target imageref.Pinned
 	// ResolveError is why spec.image could not be resolved; no new grants.
 	ResolveError string
+	// ResolvedAt is when Target was last resolved (zero: keep the status's).
+	ResolvedAt time.Time
 	// Nodes are every Node the pool cares about: those its selector matches
 	// (InPool) and those a slot or BootcNode of the pool still refers to. A
 	// node absent from this list does not exist.

@@ -1,12 +1,99 @@
-// Command bootc-fleet-coordinator is the cluster-side coordinator of bootc-fleet.
+// Command bootc-fleet-coordinator is the cluster-side coordinator of
+// bootc-fleet: it resolves each BootcNodePool's image, grants stage and
+// reboot slots within the pool's budget, drains nodes before their reboot
+// and verifies they came back (docs/coordinator.md).
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
 )
 
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error {
+	if v == "" || strings.ContainsAny(v, "/ \t") {
+		return fmt.Errorf("want a registry host or host:port, got %q", v)
+	}
+	*s = append(*s, v)
+	return nil
+}
+
 func main() {
-	fmt.Fprintln(os.Stderr, "bootc-fleet-coordinator: not implemented yet")
-	os.Exit(2)
+	var (
+		leaderElect     = flag.Bool("leader-elect", false, "elect one active replica through a Lease")
+		leaderNamespace = flag.String("leader-election-namespace", lease.Namespace, "namespace of the leader-election Lease")
+		metricsAddr     = flag.String("metrics-bind-address", ":8080", "address of /metrics (0 disables)")
+		probeAddr       = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
+		resolveInterval = flag.Duration("resolve-interval", controller.DefaultResolveInterval, "how often a tag is re-resolved to a digest")
+		leaseDuration   = flag.Duration("lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants")
+		requeue         = flag.Duration("requeue-interval", controller.DefaultRequeueInterval, "longest time a pool goes without a reconcile")
+		resolveTimeout  = flag.Duration("resolve-timeout", 30*time.Second, "bound on one registry lookup")
+		logLevel        = flag.String("log-level", "info", "debug, info or error")
+		insecure        stringList
+	)
+	flag.Var(&insecure, "insecure-registry", "registry host[:port] reachable over plain HTTP (repeatable)")
+	// --kubeconfig is registered by controller-runtime: the flag, then
+	// $KUBECONFIG, then the in-cluster config, then ~/.kube/config.
+	flag.Parse()
+
+	lvl, err := parseLevel(*logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bootc-fleet-coordinator:", err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.Level(lvl)))
+	log := ctrl.Log.WithName("bootc-fleet-coordinator")
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "no API server configuration")
+		os.Exit(1)
+	}
+	c, err := controller.New(cfg, controller.Options{
+		LeaderElection:          *leaderElect,
+		LeaderElectionNamespace: *leaderNamespace,
+		MetricsBindAddress:      *metricsAddr,
+		HealthProbeBindAddress:  *probeAddr,
+		ResolveInterval:         *resolveInterval,
+		LeaseDuration:           *leaseDuration,
+		RequeueInterval:         *requeue,
+		ResolveTimeout:          *resolveTimeout,
+		InsecureRegistries:      insecure,
+		Logger:                  log,
+	})
+	if err != nil {
+		log.Error(err, "cannot start")
+		os.Exit(1)
+	}
+	// SIGTERM/SIGINT cancel the context: the manager stops reconciling,
+	// cancels drains, releases leadership and returns.
+	if err := c.Run(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "stopped with an error")
+		os.Exit(1)
+	}
+	log.Info("stopped")
+}
+
+func parseLevel(s string) (zapcore.Level, error) {
+	switch s {
+	case "debug":
+		return zapcore.DebugLevel, nil
+	case "info":
+		return zapcore.InfoLevel, nil
+	case "error":
+		return zapcore.ErrorLevel, nil
+	}
+	return 0, fmt.Errorf("--log-level %q: want debug, info or error", s)
 }

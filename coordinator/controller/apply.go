@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/equality"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/metrics"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
+)
+
+// apply makes the plan's changes, in order, and stops at the first failure:
+// releases come before grants, so a grant is never written after a failed
+// release it was counted on. Every slot change is one Update of the Lease as
+// read; a concurrent writer makes it fail with Conflict. applied reports
+// whether any slot changed.
+func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, in plan.Input, out plan.Output) (applied bool, err error) {
+	for _, ref := range out.CreateSlots {
+		l := plan.NewSlotLease(pool.Name, ref)
+		if err := controllerutil.SetOwnerReference(pool, l, r.client.Scheme()); err != nil {
+			return applied, err
+		}
+		if err := r.client.Create(ctx, l); err != nil && !kerrors.IsAlreadyExists(err) {
+			return applied, fmt.Errorf("creating slot Lease %s: %w", ref.Name, err)
+		}
+		applied = true
+	}
+	for _, name := range out.DeleteSlots {
+		l := w.leases[name]
+		// Only the free slot as read: a grant written since makes this fail.
+		pre := client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}
+		if err := r.client.Delete(ctx, l, pre); err != nil && !kerrors.IsNotFound(err) {
+			return applied, fmt.Errorf("deleting surplus slot Lease %s: %w", name, err)
+		}
+	}
+
+	for _, c := range out.Changes {
+		if err := r.applyChange(ctx, log, pool.Name, w, c, in.Now); err != nil {
+			return applied, err
+		}
+		applied = true
+	}
+	for _, node := range out.Uncordon {
+		if err := r.opts.Drainer.Uncordon(ctx, node); err != nil {
+			return applied, err
+		}
+	}
+	for _, node := range out.StopDrains {
+		r.drains.stop(node)
+	}
+	for _, d := range out.StartDrains {
+		log.Info("draining node", "node", d.Node, "grant", d.Grant.String(), "timeout", d.Timeout.String())
+		r.drains.start(pool.Name, d.Node, d.Grant, d.Timeout)
+	}
+
+	if err := r.applyBootcNodes(ctx, pool, w, out); err != nil {
+		return applied, err
+	}
+
+	if !equality.Semantic.DeepEqual(pool.Status, out.Status) {
+		p := pool.DeepCopy()
+		p.Status = out.Status
+		if err := r.client.Status().Update(ctx, p); err != nil {
+			return applied, fmt.Errorf("updating pool status: %w", err)
+		}
+	}
+	// Events only once everything they describe was written.
+	for _, e := range out.Events {
+		r.recorder.Eventf(pool, nil, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+	}
+	r.observeMetrics(pool.Name, w, in, out)
+	return applied, nil
+}
+
+func (r *poolReconciler) applyChange(ctx context.Context, log logr.Logger, pool string, w *observed, c plan.SlotChange, now time.Time) error {
+	read := w.leases[c.Slot]
+	if read == nil {
+		return fmt.Errorf("slot Lease %s vanished", c.Slot)
+	}
+	// Restore the node before the grant that records our cordon is cleared:
+	// if we stop in between, the grant is still there to say so.
+	if c.Uncordon {
+		if err := r.opts.Drainer.Uncordon(ctx, c.Node); err != nil && !kerrors.IsNotFound(err) {
+			return fmt.Errorf("uncordoning node %s: %w", c.Node, err)
+		}
+	}
+	l := read.DeepCopy()
+	plan.ApplyToLease(l, c, now, r.opts.LeaseDuration)
+	if err := r.client.Update(ctx, l); err != nil {
+		return fmt.Errorf("%s slot %s for node %s: %w", c.Op, c.Slot, c.Node, err)
+	}
+	w.leases[c.Slot] = l
+	log.Info("slot "+string(c.Op), "slot", c.Slot, "node", c.Node, "why", c.Why, "image", c.Image.String())
+	switch c.Op {
+	case plan.OpGrant:
+		metrics.Grants.WithLabelValues(pool, string(c.Kind)).Inc()
+		r.mu.Lock()
+		if since, ok := r.waiting[waitKey(pool, c.Node, c.Kind)]; ok {
+			metrics.GrantLatency.WithLabelValues(pool, string(c.Kind)).Observe(now.Sub(since).Seconds())
+			delete(r.waiting, waitKey(pool, c.Node, c.Kind))
+		}
+		r.mu.Unlock()
+		if c.Kind == lease.KindReboot && c.CordonedByUs {
+			return r.cordon(ctx, c.Node)
+		}
+	case plan.OpCordon:
+		return r.cordon(ctx, c.Node)
+	case plan.OpRevoke:
+		metrics.Revokes.WithLabelValues(pool, c.Why).Inc()
+	case plan.OpMarkFailed:
+		metrics.Failures.WithLabelValues(pool, c.Failure).Inc()
+	}
+	return nil
+}
+
+func (r *poolReconciler) cordon(ctx context.Context, node string) error {
+	if _, err := r.opts.Drainer.Cordon(ctx, node); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", node, err)
+	}
+	return nil
+}
+
+func (r *poolReconciler) applyBootcNodes(ctx context.Context, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
+	for _, c := range out.CreateBootcNodes {
+		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
+			return err
+		}
+		if err := r.client.Create(ctx, bn); err != nil && !kerrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
+		}
+	}
+	for _, c := range out.UpdateBootcNodes {
+		bn := w.bootcNodes[c.Name].DeepCopy()
+		bn.Spec = c.Spec
+		if err := r.client.Update(ctx, bn); err != nil {
+			return fmt.Errorf("setting BootcNode %s spec: %w", c.Name, err)
+		}
+	}
+	for _, name := range out.DeleteBootcNodes {
+		bn := w.bootcNodes[name]
+		if bn == nil {
+			continue
+		}
+		pre := client.Preconditions{UID: &bn.UID}
+		if err := r.client.Delete(ctx, bn, pre); err != nil && !kerrors.IsNotFound(err) {
+			return fmt.Errorf("deleting BootcNode %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node + "/" + string(k) }
+
+// observeMetrics sets the gauges from what this reconcile saw and wrote, and
+// notes when nodes start waiting for a slot (for GrantLatency).
+func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input, out plan.Output) {
+	held := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
+	holders := map[string]bool{}
+	for _, l := range w.leases {
+		if s, ok := plan.ParseSlot(pool, l); ok && s.State != plan.SlotFree {
+			held[s.Kind]++
+			holders[s.Holder] = true
+		}
+	}
+	for k, n := range held {
+		metrics.SlotsHeld.WithLabelValues(pool, string(k)).Set(float64(n))
+	}
+	phases := map[fleetv1.NodePhase]int{}
+	for _, p := range []fleetv1.NodePhase{fleetv1.PhaseIdle, fleetv1.PhaseWaiting, fleetv1.PhaseStaging, fleetv1.PhaseStaged, fleetv1.PhaseRebooting, fleetv1.PhaseDegraded} {
+		phases[p] = 0
+	}
+	members := map[string]bool{}
+	for _, n := range in.Nodes {
+		members[n.Name] = n.InPool
+	}
+	for _, bn := range in.BootcNodes {
+		if members[bn.Name] && bn.Status.Phase != "" {
+			phases[bn.Status.Phase]++
+		}
+	}
+	for p, n := range phases {
+		metrics.NodesByPhase.WithLabelValues(pool, string(p)).Set(float64(n))
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := in.Now
+	for _, bn := range in.BootcNodes {
+		if !members[bn.Name] || holders[bn.Name] {
+			continue
+		}
+		var kind lease.Kind
+		switch bn.Status.Phase {
+		case fleetv1.PhaseWaiting:
+			kind = lease.KindStage
+		case fleetv1.PhaseStaged:
+			kind = lease.KindReboot
+		default:
+			continue
+		}
+		if _, ok := r.waiting[waitKey(pool, bn.Name, kind)]; !ok {
+			r.waiting[waitKey(pool, bn.Name, kind)] = now
+		}
+	}
+}
+
+func setCondition(st *fleetv1.BootcNodePoolStatus, typ string, status metav1.ConditionStatus, reason, msg string, gen int64) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
+}

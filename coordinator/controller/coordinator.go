@@ -1,0 +1,223 @@
+// Package controller runs the coordinator: a controller-runtime manager whose
+// BootcNodePool reconciler reads a pool's world, asks coordinator/plan what
+// to change, and makes those changes (docs/coordinator.md).
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/drain"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/resolve"
+)
+
+// Resolver resolves an image reference to a digest (coordinator/resolve).
+type Resolver interface {
+	Resolve(ctx context.Context, ref string) (imageref.Pinned, error)
+}
+
+// Defaults of Options.
+const (
+	DefaultResolveInterval  = 5 * time.Minute
+	DefaultLeaseDuration    = 2 * time.Minute
+	DefaultRequeueInterval  = time.Minute
+	DefaultLeaderElectionID = "bootc-fleet-coordinator"
+)
+
+// Options configures a Coordinator. Zero values take the defaults above, so
+// tests set only the intervals they want short.
+type Options struct {
+	// LeaderElection makes replicas elect one leader through a Lease in
+	// LeaderElectionNamespace; only the leader reconciles and drains.
+	LeaderElection          bool
+	LeaderElectionNamespace string // default bootc-fleet-system
+	LeaderElectionID        string // default bootc-fleet-coordinator
+	// Leader-election timings (nil: controller-runtime's 15s/10s/2s).
+	LeaderElectionLeaseDuration, LeaderElectionRenewDeadline, LeaderElectionRetryPeriod *time.Duration
+
+	// MetricsBindAddress serves /metrics; "" or "0" disables it.
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz; "" or "0" disables it.
+	HealthProbeBindAddress string
+
+	// ResolveInterval is how often a tag is re-resolved to a digest.
+	ResolveInterval time.Duration
+	// ResolveRetryInterval is how soon a failed resolution is retried
+	// (default: RequeueInterval).
+	ResolveRetryInterval time.Duration
+	// LeaseDuration is written on every grant; an agent that does not renew
+	// within it loses a stage grant.
+	LeaseDuration time.Duration
+	// RequeueInterval bounds how long a pool goes without a reconcile.
+	RequeueInterval time.Duration
+
+	// InsecureRegistries may be reached over plain HTTP (host or host:port).
+	InsecureRegistries []string
+	// ResolveTimeout bounds one registry lookup (0: the resolver's default).
+	ResolveTimeout time.Duration
+
+	// Resolver and Drainer replace the real ones (nil: coordinator/resolve
+	// and coordinator/drain).
+	Resolver Resolver
+	Drainer  NodeDrainer
+
+	// Name tells coordinators apart in logs and Events (default
+	// bootc-fleet-coordinator). Several may run in one process.
+	Name   string
+	Logger logr.Logger
+}
+
+func (o *Options) defaults() {
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = lease.Namespace
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = DefaultLeaderElectionID
+	}
+	if o.ResolveInterval <= 0 {
+		o.ResolveInterval = DefaultResolveInterval
+	}
+	if o.LeaseDuration < time.Second {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RequeueInterval <= 0 {
+		o.RequeueInterval = DefaultRequeueInterval
+	}
+	if o.ResolveRetryInterval <= 0 {
+		o.ResolveRetryInterval = o.RequeueInterval
+	}
+	if o.MetricsBindAddress == "" {
+		o.MetricsBindAddress = "0"
+	}
+	if o.HealthProbeBindAddress == "" {
+		o.HealthProbeBindAddress = "0"
+	}
+	if o.Name == "" {
+		o.Name = DefaultLeaderElectionID
+	}
+}
+
+// Coordinator is a configured manager, ready to Run.
+type Coordinator struct {
+	mgr manager.Manager
+}
+
+// New builds a coordinator for the cluster cfg points at.
+func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
+	opts.defaults()
+	log := opts.Logger
+	if log.GetSink() == nil {
+		log = ctrl.Log.WithName(opts.Name)
+	}
+	// Only the pools' slot Leases are cached, not every Lease of the cluster.
+	hasPool, err := labels.NewRequirement(lease.LabelPool, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	mopts := manager.Options{
+		Scheme:                        Scheme(),
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              opts.LeaderElectionID,
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 opts.LeaderElectionLeaseDuration,
+		RenewDeadline:                 opts.LeaderElectionRenewDeadline,
+		RetryPeriod:                   opts.LeaderElectionRetryPeriod,
+		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {
+				Namespaces: map[string]cache.Config{lease.Namespace: {}},
+				Label:      labels.NewSelector().Add(*hasPool),
+			},
+		}},
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = resolve.New(resolve.Options{Insecure: opts.InsecureRegistries, Timeout: opts.ResolveTimeout})
+	}
+	if opts.Drainer == nil {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating clientset: %w", err)
+		}
+		opts.Drainer = drain.New(cs, log.WithName("drain"))
+	}
+	drains := newDrainTracker(opts.Drainer, log.WithName("drain"))
+	if err := mgr.Add(drains); err != nil {
+		return nil, err
+	}
+	r := &poolReconciler{
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		recorder:  mgr.GetEventRecorder(opts.Name),
+		drains:    drains,
+		targets:   newTargetCache(opts.Resolver, opts.ResolveInterval, opts.ResolveRetryInterval),
+		opts:      opts,
+		log:       log,
+		waiting:   map[string]time.Time{},
+	}
+	if err := r.setup(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	// Ready once the caches synced: a replica that cannot read the API server
+	// is not ready.
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return fmt.Errorf("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return &Coordinator{mgr: mgr}, nil
+}
+
+// Run runs the coordinator until ctx ends; it returns nil on a clean shutdown.
+func (c *Coordinator) Run(ctx context.Context) error {
+	return c.mgr.Start(ctx)
+}
+
+// Elected is closed once this replica leads (at once without leader election).
+func (c *Coordinator) Elected() <-chan struct{} { return c.mgr.Elected() }
+
+// Scheme has the built-in kinds and fleet.bootc.dev/v1alpha1.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := fleetv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}

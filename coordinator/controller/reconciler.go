@@ -1,0 +1,284 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/metrics"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
+)
+
+// poolReconciler reconciles one BootcNodePool at a time: read, Plan, write.
+type poolReconciler struct {
+	client    client.Client
+	apiReader client.Reader // fresh reads of slot Leases and BootcNodes
+	recorder  recorder.EventRecorder
+	drains    *drainTracker
+	targets   *targetCache
+	opts      Options
+	log       logr.Logger
+
+	mu      sync.Mutex
+	waiting map[string]time.Time // pool/node/kind -> first seen waiting, for GrantLatency
+}
+
+func (r *poolReconciler) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("bootcnodepool").
+		WithOptions(controller.Options{SkipNameValidation: ptrTrue(), MaxConcurrentReconciles: 1}).
+		For(&fleetv1.BootcNodePool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNode), builder.WithPredicates(nodeChanged())).
+		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(poolOfLease)).
+		WatchesRawSource(source.Channel(r.drains.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
+		Complete(r)
+}
+
+func ptrTrue() *bool { t := true; return &t }
+
+// poolsOfNode maps a Node to every pool whose selector matches it, and to the
+// pool of its BootcNode (so a node leaving a pool reaches that pool).
+func (r *poolReconciler) poolsOfNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var pools fleetv1.BootcNodePoolList
+	if err := r.client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []reconcile.Request
+	add := func(name string) {
+		if name != "" && !seen[name] {
+			seen[name] = true
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+	}
+	for i := range pools.Items {
+		if sel, err := metav1.LabelSelectorAsSelector(&pools.Items[i].Spec.NodeSelector); err == nil && !sel.Empty() && sel.Matches(labels.Set(o.GetLabels())) {
+			add(pools.Items[i].Name)
+		}
+	}
+	var bn fleetv1.BootcNode
+	if err := r.client.Get(ctx, types.NamespacedName{Name: o.GetName()}, &bn); err == nil {
+		add(bn.Spec.Pool)
+	}
+	return out
+}
+
+func poolOfBootcNode(_ context.Context, o client.Object) []reconcile.Request {
+	bn, ok := o.(*fleetv1.BootcNode)
+	if !ok || bn.Spec.Pool == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: bn.Spec.Pool}}}
+}
+
+func poolOfLease(_ context.Context, o client.Object) []reconcile.Request {
+	if p := o.GetLabels()[lease.LabelPool]; p != "" && o.GetNamespace() == lease.Namespace {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p}}}
+	}
+	return nil
+}
+
+// nodeChanged passes Node events that can change a decision (not heartbeats).
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		a, okA := e.ObjectOld.(*corev1.Node)
+		b, okB := e.ObjectNew.(*corev1.Node)
+		if !okA || !okB {
+			return true
+		}
+		return !labels.Equals(a.Labels, b.Labels) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
+			nodeReady(a) != nodeReady(b) || a.Status.NodeInfo.BootID != b.Status.NodeInfo.BootID
+	}}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := r.log.WithValues("pool", req.Name)
+	var pool fleetv1.BootcNodePool
+	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Slot Leases and BootcNodes carry an ownerReference to the pool
+			// and go with it.
+			r.targets.forget(req.Name)
+			r.drains.forgetExcept(req.Name, nil)
+			metrics.ForgetPool(req.Name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if pool.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	now := time.Now()
+	tgt, untilResolve := r.targets.get(ctx, &pool, now)
+
+	w, err := r.observe(ctx, &pool)
+	if err != nil {
+		if errors.Is(err, errInvalidSelector) {
+			return reconcile.Result{}, r.invalidSpec(ctx, &pool, err)
+		}
+		return reconcile.Result{}, err
+	}
+	in := w.input
+	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
+	if tgt.err == "" {
+		in.ResolvedAt = tgt.ok
+	}
+	out := plan.Plan(in)
+
+	applied, err := r.apply(ctx, log, &pool, w, in, out)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			// Someone else changed a Lease or the pool since we read it:
+			// read again and plan again.
+			log.V(1).Info("conflict, replanning", "error", err.Error())
+			return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	after := min(r.opts.RequeueInterval, untilResolve)
+	if out.RequeueAfter > 0 {
+		after = min(after, out.RequeueAfter)
+	}
+	if applied {
+		after = min(after, time.Second)
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+var errInvalidSelector = errors.New("invalid spec.nodeSelector")
+
+// observed is one fresh read of a pool's world.
+type observed struct {
+	input      plan.Input
+	leases     map[string]*coordinationv1.Lease // slot Leases by name, as read
+	bootcNodes map[string]*fleetv1.BootcNode
+}
+
+func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePool) (*observed, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&pool.Spec.NodeSelector)
+	if err != nil || sel.Empty() {
+		return nil, fmt.Errorf("%w: %v", errInvalidSelector, err)
+	}
+	var pools fleetv1.BootcNodePoolList
+	if err := r.client.List(ctx, &pools); err != nil {
+		return nil, err
+	}
+	others := map[string]labels.Selector{}
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if p.Name == pool.Name || p.DeletionTimestamp != nil {
+			continue
+		}
+		if s, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector); err == nil && !s.Empty() {
+			others[p.Name] = s
+		}
+	}
+	var nodes corev1.NodeList
+	if err := r.client.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	// Fresh reads: a grant decided on a stale cache could exceed the budget.
+	var leases coordinationv1.LeaseList
+	if err := r.apiReader.List(ctx, &leases, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelPool: pool.Name}); err != nil {
+		return nil, fmt.Errorf("listing slot Leases: %w", err)
+	}
+	var bns fleetv1.BootcNodeList
+	if err := r.apiReader.List(ctx, &bns); err != nil {
+		return nil, fmt.Errorf("listing BootcNodes: %w", err)
+	}
+
+	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}}
+	w.input.Pool = pool
+	wanted := map[string]bool{} // nodes the pool refers to
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		s, ok := plan.ParseSlot(pool.Name, l)
+		if !ok {
+			continue
+		}
+		w.leases[l.Name] = l
+		w.input.Slots = append(w.input.Slots, s)
+		if s.Holder != "" {
+			wanted[s.Holder] = true
+		}
+	}
+	for i := range bns.Items {
+		bn := &bns.Items[i]
+		if bn.Spec.Pool == pool.Name {
+			wanted[bn.Name] = true
+		}
+		w.bootcNodes[bn.Name] = bn
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		in := sel.Matches(labels.Set(n.Labels))
+		if !in && !wanted[n.Name] {
+			continue
+		}
+		pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID}
+		if in {
+			for name, s := range others {
+				if s.Matches(labels.Set(n.Labels)) {
+					pn.OtherPools = append(pn.OtherPools, name)
+				}
+			}
+			sort.Strings(pn.OtherPools)
+		}
+		w.input.Nodes = append(w.input.Nodes, pn)
+	}
+	present := map[string]bool{}
+	for _, n := range w.input.Nodes {
+		present[n.Name] = true
+	}
+	for name, bn := range w.bootcNodes {
+		if present[name] || bn.Spec.Pool == pool.Name {
+			w.input.BootcNodes = append(w.input.BootcNodes, *bn)
+		}
+	}
+	sort.Slice(w.input.BootcNodes, func(i, j int) bool { return w.input.BootcNodes[i].Name < w.input.BootcNodes[j].Name })
+	return w, nil
+}
+
+// invalidSpec reports a selector the API server accepted but that selects
+// nothing usable; nothing else is done for the pool.
+func (r *poolReconciler) invalidSpec(ctx context.Context, pool *fleetv1.BootcNodePool, cause error) error {
+	st := pool.Status.DeepCopy()
+	st.ObservedGeneration = pool.Generation
+	setCondition(st, fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonInvalidSpec, cause.Error()+": fix spec.nodeSelector", pool.Generation)
+	pool.Status = *st
+	return r.client.Status().Update(ctx, pool)
+}

@@ -1,0 +1,87 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
+	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
+)
+
+// TestRolloutUnderPackagedRBAC runs the coordinator as its ServiceAccount
+// with only packaging/rbac/coordinator.yaml granted, through a rollout that
+// drains a pod and uses leader election: the packaged RBAC is enough.
+func TestRolloutUnderPackagedRBAC(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "packaging", "rbac", "coordinator.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := env.Client.Create(ctx, &u); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := env.AddUser("system:serviceaccount:bootc-fleet-system:bootc-fleet-coordinator", "system:serviceaccounts", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	f := newFleet(t, "rbac", 3, v0)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-0", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "rbac-n01", AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	f.run(ctx, 1)
+	c, err := controller.New(cfg, controller.Options{
+		Name: "rbac", RequeueInterval: time.Second, LeaseDuration: time.Minute,
+		LeaderElection: true, LeaderElectionID: "rbac-test-coordinator",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("coordinator: %v", err)
+		}
+	}()
+	f.createPool(func(p *fleetv1.BootcNodePool) {
+		p.Spec.Image = v1.String()
+		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(1))
+	})
+	f.allOn(t, v1, 60*time.Second)
+	f.assertBudgetHeld(t)
+	f.assertRebootsEach(t, 1)
+	var left corev1.Pod
+	if err := env.Client.Get(ctx, clientKey("default", "app-0"), &left); !apierrors.IsNotFound(err) {
+		t.Fatalf("pod on the drained node still there: %v", err)
+	}
+}

@@ -1,0 +1,554 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// Defaults of the pool's rollout fields, for objects the API server did not default.
+const (
+	DefaultDrainTimeout      = 10 * time.Minute
+	DefaultRebootTimeout     = 15 * time.Minute
+	DefaultHaltAfterFailures = 1
+)
+
+// Budget is a pool's resolved rollout bounds.
+type Budget struct {
+	MaxUnavailable    int
+	MaxStaging        int
+	DrainTimeout      time.Duration
+	RebootTimeout     time.Duration
+	HaltAfterFailures int
+	Paused            bool
+}
+
+// ResolveBudget resolves the pool's rollout spec for a pool of size nodes:
+// int or percent, percent rounded up, never below 1.
+func ResolveBudget(spec fleetv1.RolloutSpec, size int) Budget {
+	b := Budget{
+		MaxUnavailable:    scaled(spec.MaxUnavailable, intstr.FromInt32(1), size),
+		MaxStaging:        scaled(spec.MaxStaging, intstr.FromString("25%"), size),
+		DrainTimeout:      DefaultDrainTimeout,
+		RebootTimeout:     DefaultRebootTimeout,
+		HaltAfterFailures: DefaultHaltAfterFailures,
+		Paused:            spec.Paused,
+	}
+	if spec.DrainTimeout != nil && spec.DrainTimeout.Duration > 0 {
+		b.DrainTimeout = spec.DrainTimeout.Duration
+	}
+	if spec.RebootTimeout != nil && spec.RebootTimeout.Duration > 0 {
+		b.RebootTimeout = spec.RebootTimeout.Duration
+	}
+	if spec.HaltAfterFailures != nil && *spec.HaltAfterFailures >= 1 {
+		b.HaltAfterFailures = int(*spec.HaltAfterFailures)
+	}
+	return b
+}
+
+// maxSlots bounds a budget, so a typo cannot create thousands of Leases (slot
+// indexes are at most 4 digits).
+const maxSlots = 1000
+
+func scaled(v *intstr.IntOrString, def intstr.IntOrString, size int) int {
+	n, err := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(v, def), size, true)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return min(n, maxSlots)
+}
+
+// planner carries one Plan call.
+type planner struct {
+	in     Input
+	pool   string
+	b      Budget
+	target imageref.Pinned // zero when never resolved
+	out    Output
+
+	nodes   map[string]Node
+	members []string // InPool, sorted
+	bns     map[string]*fleetv1.BootcNode
+	// after: the slots as they will be once Changes are applied.
+	after map[string]*Slot
+	// uncordoned: nodes a change in this plan uncordons.
+	uncordoned map[string]bool
+	failedSlot map[string]string // node -> failure of its held reboot slot
+	drainMsgs  []string
+}
+
+// Plan decides the changes for one pool. It is pure and deterministic: the
+// same Input gives the same Output.
+func Plan(in Input) Output {
+	p := &planner{
+		in:         in,
+		pool:       in.Pool.Name,
+		nodes:      map[string]Node{},
+		bns:        map[string]*fleetv1.BootcNode{},
+		after:      map[string]*Slot{},
+		uncordoned: map[string]bool{},
+		failedSlot: map[string]string{},
+	}
+	for _, n := range in.Nodes {
+		p.nodes[n.Name] = n
+		if n.InPool {
+			p.members = append(p.members, n.Name)
+		}
+	}
+	sort.Strings(p.members)
+	for i := range in.BootcNodes {
+		p.bns[in.BootcNodes[i].Name] = &in.BootcNodes[i]
+	}
+	if in.Target.Digest != "" {
+		p.target = in.Target
+	}
+	p.b = ResolveBudget(in.Pool.Spec.Rollout, len(p.members))
+
+	slots := append([]Slot(nil), in.Slots...)
+	sort.Slice(slots, func(i, j int) bool {
+		if slots[i].Kind != slots[j].Kind {
+			return slots[i].Kind < slots[j].Kind
+		}
+		return slots[i].Index < slots[j].Index
+	})
+	for i := range slots {
+		s := slots[i]
+		p.after[s.Name] = &s
+	}
+
+	p.ensureSlots(slots)
+	for i := range slots {
+		p.held(slots[i])
+	}
+	p.grant(slots)
+	p.membership()
+	p.status()
+	return p.out
+}
+
+// conflicted: the node is matched by another pool too, or its name cannot be
+// a label value; the pool acts on none of these.
+func (p *planner) conflicted(n Node) bool {
+	return len(n.OtherPools) > 0 || len(validation.IsValidLabelValue(n.Name)) > 0
+}
+
+func (p *planner) budgetFor(k lease.Kind) int {
+	if k == lease.KindReboot {
+		return p.b.MaxUnavailable
+	}
+	return p.b.MaxStaging
+}
+
+func (p *planner) ensureSlots(slots []Slot) {
+	have := map[string]bool{}
+	for _, s := range slots {
+		have[s.Name] = true
+		if s.Index >= p.budgetFor(s.Kind) && s.State == SlotFree {
+			p.out.DeleteSlots = append(p.out.DeleteSlots, s.Name)
+		}
+	}
+	for _, k := range []lease.Kind{lease.KindReboot, lease.KindStage} {
+		for i := 0; i < p.budgetFor(k); i++ {
+			if name := lease.SlotName(p.pool, k, i); !have[name] {
+				p.out.CreateSlots = append(p.out.CreateSlots, SlotRef{Name: name, Kind: k, Index: i})
+			}
+		}
+	}
+}
+
+// fresh returns the BootcNode status of node n when it was read in the boot
+// the kubelet reports now; nil otherwise (a stale status is never acted on).
+func (p *planner) fresh(n Node) *fleetv1.BootcNodeStatus {
+	bn := p.bns[n.Name]
+	if bn == nil || bn.Spec.Pool != p.pool || !lease.ValidBootID(n.BootID) || bn.Status.BootID != n.BootID {
+		return nil
+	}
+	return &bn.Status
+}
+
+func onDigest(d *fleetv1.Deployment, dg string) bool {
+	return d != nil && dg != "" && d.Digest == dg
+}
+
+func (p *planner) change(s Slot, c SlotChange) {
+	c.Slot, c.Kind = s.Name, s.Kind
+	if c.Node == "" {
+		c.Node = s.Holder
+	}
+	p.out.Changes = append(p.out.Changes, c)
+	a := p.after[s.Name]
+	switch c.Op {
+	case OpRelease, OpRevoke, OpReset:
+		*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotFree}
+		if c.Uncordon {
+			p.uncordoned[c.Node] = true
+		}
+	case OpAdvance:
+		a.Grant.Phase = lease.PhaseReboot
+	case OpMarkFailed:
+		a.Grant.Failure = c.Failure
+	case OpCordon:
+		a.CordonedByUs = true
+	}
+}
+
+func (p *planner) event(typ, reason, format string, args ...any) {
+	p.out.Events = append(p.out.Events, Event{Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+func (p *planner) requeueAt(t time.Time) {
+	d := t.Sub(p.in.Now)
+	if d <= 0 {
+		d = time.Second
+	}
+	if p.out.RequeueAfter == 0 || d < p.out.RequeueAfter {
+		p.out.RequeueAfter = d
+	}
+}
+
+// held decides what happens to one slot as it is now.
+func (p *planner) held(s Slot) {
+	switch s.State {
+	case SlotFree:
+		return
+	case SlotMalformed:
+		p.event("Warning", EventSlotMalformed, "slot Lease %s/%s was not a valid grant (%s); reset it to free", lease.Namespace, s.Name, s.Problem)
+		p.change(s, SlotChange{Op: OpReset, Why: WhyMalformed})
+		if s.Kind == lease.KindReboot && s.Holder != "" {
+			p.out.StopDrains = append(p.out.StopDrains, s.Holder)
+		}
+		return
+	}
+	g := s.Grant
+	n, exists := p.nodes[g.Holder]
+	reboot := s.Kind == lease.KindReboot
+	uncordon := reboot && s.CordonedByUs && exists
+	stop := func() {
+		if reboot {
+			p.out.StopDrains = append(p.out.StopDrains, g.Holder)
+		}
+	}
+	if g.Failure != "" {
+		p.failedSlot[g.Holder] = g.Failure
+	}
+	switch {
+	case !exists:
+		stop()
+		p.change(s, SlotChange{Op: OpRelease, Why: WhyNodeDeleted})
+		p.event("Normal", EventGrantReleased, "released %s slot %s: node %s was deleted", s.Kind, s.Name, g.Holder)
+		delete(p.failedSlot, g.Holder)
+		return
+	case !n.InPool:
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyLeftPool, Uncordon: uncordon})
+		p.event("Normal", EventGrantRevoked, "revoked %s slot %s: node %s left the pool%s", s.Kind, s.Name, g.Holder, restored(uncordon))
+		delete(p.failedSlot, g.Holder)
+		return
+	}
+	st := p.fresh(n)
+	if !reboot {
+		switch {
+		case st != nil && (onDigest(st.Staged, g.Image.Digest) || onDigest(st.Booted, g.Image.Digest)):
+			p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
+			p.event("Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
+		case p.target.Digest != "" && g.Image != p.target:
+			p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
+			p.event("Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the target %s", s.Name, n.Name, g.Image, p.target)
+		case n.BootID != g.BootID:
+			p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
+			p.event("Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant", s.Name, n.Name)
+		case !p.in.Now.Before(g.Renewed.Add(g.Duration)):
+			p.change(s, SlotChange{Op: OpRelease, Why: WhyExpired})
+			p.event("Warning", EventGrantReleased, "stage slot %s of node %s expired (not renewed since %s); released it", s.Name, n.Name, g.Renewed.UTC().Format(time.RFC3339))
+		default:
+			p.requeueAt(g.Renewed.Add(g.Duration))
+		}
+		return
+	}
+	if g.Phase == lease.PhaseReboot {
+		switch {
+		case n.Ready && st != nil && n.BootID != g.BootID && onDigest(st.Booted, g.Image.Digest):
+			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
+			p.event("Normal", EventNodeUpdated, "node %s is Ready, booted on %s in a new boot; released reboot slot %s%s", n.Name, g.Image, s.Name, restored(uncordon))
+			delete(p.failedSlot, g.Holder)
+		case g.Failure == "" && !p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
+			p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
+			p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
+			p.event("Warning", EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
+				n.Name, g.Image, p.b.RebootTimeout, p.whyNotBack(n, st, g), s.Name)
+		case g.Failure == "":
+			p.requeueAt(g.Renewed.Add(p.b.RebootTimeout))
+		}
+		return
+	}
+	// Phase Draining.
+	d, hasDrain := p.in.Drains[n.Name]
+	hasDrain = hasDrain && d.Grant == g.ID
+	switch {
+	case p.target.Digest != "" && g.Image != p.target:
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged, Uncordon: uncordon})
+		p.event("Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: the target changed to %s%s", s.Name, n.Name, p.target, restored(uncordon))
+	case n.BootID != g.BootID:
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
+		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant%s", s.Name, n.Name, restored(uncordon))
+	case !n.Unschedulable:
+		p.change(s, SlotChange{Op: OpCordon, Why: "Cordon"})
+	case hasDrain && d.State == DrainDone:
+		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained})
+		p.event("Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
+	case hasDrain && d.State == DrainRunning:
+		if d.Message != "" {
+			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
+		}
+	default:
+		if hasDrain && d.State == DrainFailed {
+			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
+			p.event("Warning", EventDrainFailed, "drain of node %s did not finish within %s (attempt %d): %s; retrying, the node will not reboot until it drains",
+				n.Name, p.b.DrainTimeout, d.Attempts, d.Message)
+		}
+		p.out.StartDrains = append(p.out.StartDrains, DrainStart{Node: n.Name, Grant: g.ID, Timeout: p.b.DrainTimeout})
+	}
+}
+
+func restored(uncordon bool) string {
+	if uncordon {
+		return "; uncordoned it"
+	}
+	return ""
+}
+
+func (p *planner) whyNotBack(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) string {
+	switch {
+	case !n.Ready:
+		return "the Node is not Ready"
+	case n.BootID == g.BootID:
+		return "the kubelet still reports the boot the grant was issued in"
+	case st == nil:
+		return "its agent has not reported from the new boot"
+	case st.Booted == nil:
+		return "its agent reports no booted image"
+	default:
+		msg := "it booted " + st.Booted.Digest
+		if st.Reason != "" {
+			msg += ", agent reason " + st.Reason
+		}
+		return msg
+	}
+}
+
+// holdsAfter returns the slots node holds once Changes are applied.
+func (p *planner) holdsAfter() map[string][]*Slot {
+	h := map[string][]*Slot{}
+	for _, s := range p.after {
+		if s.State != SlotFree && s.Holder != "" {
+			h[s.Holder] = append(h[s.Holder], s)
+		}
+	}
+	return h
+}
+
+func (p *planner) countAfter(k lease.Kind) int {
+	c := 0
+	for _, s := range p.after {
+		if s.Kind == k && s.State != SlotFree {
+			c++
+		}
+	}
+	return c
+}
+
+// otherwiseUnavailable lists pool nodes that are NotReady or cordoned and
+// hold no reboot slot: they count against maxUnavailable.
+func (p *planner) otherwiseUnavailable(holds map[string][]*Slot) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range p.members {
+		n := p.nodes[name]
+		if holdsKind(holds[name], lease.KindReboot) {
+			continue
+		}
+		if !n.Ready || (n.Unschedulable && !p.uncordoned[name]) {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+func holdsKind(ss []*Slot, k lease.Kind) bool {
+	for _, s := range ss {
+		if s.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *planner) failures() int {
+	c := 0
+	for name := range p.failedSlot {
+		if n, ok := p.nodes[name]; ok && n.InPool {
+			c++
+		}
+	}
+	return c
+}
+
+func (p *planner) halted() bool { return p.failures() >= p.b.HaltAfterFailures }
+
+// grant hands free slots to eligible nodes, in name order.
+func (p *planner) grant(slots []Slot) {
+	if p.target.Digest == "" || p.in.ResolveError != "" || p.b.Paused {
+		return
+	}
+	free := map[lease.Kind][]Slot{}
+	for _, s := range slots {
+		if s.State == SlotFree && s.Index < p.budgetFor(s.Kind) {
+			free[s.Kind] = append(free[s.Kind], s)
+		}
+	}
+	holds := p.holdsAfter()
+	heldReboot, heldStage := p.countAfter(lease.KindReboot), p.countAfter(lease.KindStage)
+	other := p.otherwiseUnavailable(holds)
+
+	// Reboot grants: nodes already unavailable for other reasons first, since
+	// moving one of them into a slot costs no extra budget.
+	var rebootable []string
+	for _, name := range p.members {
+		n := p.nodes[name]
+		st := p.fresh(n)
+		if p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+			continue
+		}
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, p.target.Digest) {
+			continue
+		}
+		if onDigest(st.Staged, p.target.Digest) && st.Staged.DownloadOnly {
+			rebootable = append(rebootable, name)
+		}
+	}
+	sort.SliceStable(rebootable, func(i, j int) bool { return other[rebootable[i]] && !other[rebootable[j]] })
+	granted := map[string]bool{}
+	if !p.halted() {
+		for _, name := range rebootable {
+			if len(free[lease.KindReboot]) == 0 {
+				break
+			}
+			// A node already counted as unavailable moves into a slot without
+			// raising the total, as long as the total is within budget.
+			if used := heldReboot + len(other); used > p.b.MaxUnavailable || (!other[name] && used == p.b.MaxUnavailable) {
+				continue
+			}
+			s := free[lease.KindReboot][0]
+			free[lease.KindReboot] = free[lease.KindReboot][1:]
+			n := p.nodes[name]
+			p.grantSlot(s, n, !n.Unschedulable)
+			heldReboot++
+			delete(other, name)
+			granted[name] = true
+			p.event("Normal", EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, p.target)
+		}
+	}
+
+	for _, name := range p.members {
+		if len(free[lease.KindStage]) == 0 || heldStage >= p.b.MaxStaging {
+			break
+		}
+		n := p.nodes[name]
+		st := p.fresh(n)
+		if granted[name] || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+			continue
+		}
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, p.target.Digest) || onDigest(st.Staged, p.target.Digest) {
+			continue
+		}
+		s := free[lease.KindStage][0]
+		free[lease.KindStage] = free[lease.KindStage][1:]
+		p.grantSlot(s, n, false)
+		heldStage++
+		p.event("Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, p.target)
+	}
+}
+
+// desiredIsTarget: the node's BootcNode already asks for the target, so the
+// agent finds a grant that matches what it was told to run.
+func (p *planner) desiredIsTarget(name string) bool {
+	bn := p.bns[name]
+	return bn != nil && bn.Spec.DesiredImage == p.target.String()
+}
+
+func (p *planner) grantSlot(s Slot, n Node, cordonedByUs bool) {
+	c := SlotChange{Op: OpGrant, Node: n.Name, Image: p.target, BootID: n.BootID, CordonedByUs: cordonedByUs, Why: "Eligible"}
+	p.change(s, c)
+	a := p.after[s.Name]
+	*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotHeld, Holder: n.Name, CordonedByUs: cordonedByUs,
+		Grant: lease.Grant{Pool: p.pool, Kind: s.Kind, Holder: n.Name, Image: p.target, BootID: n.BootID}}
+	if s.Kind == lease.KindReboot {
+		a.Grant.Phase = lease.PhaseDraining
+	}
+}
+
+// membership keeps one BootcNode per (unconflicted) pool node and removes
+// those of nodes that left.
+func (p *planner) membership() {
+	holds := p.holdsAfter()
+	for _, name := range p.members {
+		n := p.nodes[name]
+		if p.conflicted(n) {
+			continue
+		}
+		desired := ""
+		if p.target.Digest != "" {
+			desired = p.target.String()
+		}
+		// A reboot already under way finishes on the image it was granted for.
+		for _, s := range holds[name] {
+			if s.State == SlotHeld && s.Kind == lease.KindReboot && s.Grant.Phase == lease.PhaseReboot {
+				desired = s.Grant.Image.String()
+			}
+		}
+		spec := fleetv1.BootcNodeSpec{Pool: p.pool, DesiredImage: desired, RebootPolicy: p.rebootPolicy()}
+		bn := p.bns[name]
+		switch {
+		case bn == nil:
+			p.out.CreateBootcNodes = append(p.out.CreateBootcNodes, BootcNodeChange{Name: name, Spec: spec})
+		case bn.Spec.Pool != p.pool:
+			// Still another pool's; that pool removes it once the node left it.
+		case bn.Spec != spec:
+			p.out.UpdateBootcNodes = append(p.out.UpdateBootcNodes, BootcNodeChange{Name: name, Spec: spec})
+		}
+	}
+	var gone []string
+	for name, bn := range p.bns {
+		if bn.Spec.Pool != p.pool {
+			continue
+		}
+		if n, ok := p.nodes[name]; !ok || !n.InPool {
+			gone = append(gone, name)
+		}
+	}
+	sort.Strings(gone)
+	p.out.DeleteBootcNodes = gone
+}
+
+func (p *planner) rebootPolicy() fleetv1.RebootPolicy {
+	if p.in.Pool.Spec.RebootPolicy == "" {
+		return fleetv1.RebootPolicyReboot
+	}
+	return p.in.Pool.Spec.RebootPolicy
+}
+
+func joinMax(items []string, max int) string {
+	if len(items) <= max {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:max], ", ") + fmt.Sprintf(" and %d more", len(items)-max)
+}

@@ -1,0 +1,157 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// status fills the pool status: counts per node (each node in exactly one
+// bucket) and the four conditions, with Events on condition transitions.
+func (p *planner) status() {
+	prev := p.in.Pool.Status
+	st := fleetv1.BootcNodePoolStatus{
+		ObservedGeneration: p.in.Pool.Generation,
+		TargetImage:        prev.TargetImage,
+		ResolvedTime:       prev.ResolvedTime,
+		Conditions:         append([]metav1.Condition(nil), prev.Conditions...),
+	}
+	if p.target.Digest != "" {
+		if prev.TargetImage != "" && prev.TargetImage != p.target.String() {
+			p.event("Normal", EventImageChanged, "target image changed from %s to %s (spec.image %s): starting a new rollout", prev.TargetImage, p.target, p.in.Pool.Spec.Image)
+		}
+		st.TargetImage = p.target.String()
+	}
+	if !p.in.ResolvedAt.IsZero() {
+		st.ResolvedTime = &metav1.Time{Time: p.in.ResolvedAt}
+	}
+
+	holds := p.holdsAfter()
+	var conflicts, degraded, failed, notUpdated []string
+	for _, name := range p.members {
+		n := p.nodes[name]
+		bs := p.fresh(n)
+		st.Nodes++
+		switch {
+		case p.conflicted(n):
+			conflicts = append(conflicts, conflictText(n))
+			st.Degraded++
+			continue
+		case p.failedSlot[name] != "":
+			failed = append(failed, fmt.Sprintf("%s (%s)", name, p.failedSlot[name]))
+			st.Degraded++
+		case bs != nil && bs.Phase == fleetv1.PhaseDegraded:
+			degraded = append(degraded, fmt.Sprintf("%s (%s)", name, orUnknown(bs.Reason)))
+			st.Degraded++
+		case holdsKind(holds[name], lease.KindReboot):
+			st.Rebooting++
+		case bs != nil && p.target.Digest != "" && onDigest(bs.Booted, p.target.Digest):
+			st.Updated++
+			continue
+		case bs != nil && p.target.Digest != "" && onDigest(bs.Staged, p.target.Digest):
+			st.Staged++
+		case holdsKind(holds[name], lease.KindStage) || (bs != nil && bs.Phase == fleetv1.PhaseStaging):
+			st.Staging++
+		default:
+			st.Waiting++
+		}
+		notUpdated = append(notUpdated, name)
+	}
+	st.Failures = int32(p.failures())
+	sort.Strings(degraded)
+	sort.Strings(failed)
+
+	now := metav1.Time{Time: p.in.Now}
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		old := meta.FindStatusCondition(prev.Conditions, typ)
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: msg,
+			ObservedGeneration: p.in.Pool.Generation, LastTransitionTime: now,
+		})
+		if status == metav1.ConditionTrue && (old == nil || old.Status != status || old.Reason != reason) {
+			switch typ {
+			case fleetv1.PoolHalted:
+				p.event("Warning", EventHalted, "%s", msg)
+			case fleetv1.PoolDegraded:
+				p.event("Warning", reason, "%s", msg)
+			case fleetv1.PoolUpToDate:
+				p.event("Normal", EventRolloutDone, "%s", msg)
+			}
+		}
+	}
+
+	halted := p.halted()
+	if halted {
+		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
+			fmt.Sprintf("%d node(s) failed to come back on the target image (%s), haltAfterFailures is %d: no new reboot grants. Repair those nodes (each slot is released once its node is back on the image), delete Nodes that are gone, or raise haltAfterFailures",
+				len(failed), joinMax(failed, 5), p.b.HaltAfterFailures))
+	} else {
+		set(fleetv1.PoolHalted, metav1.ConditionFalse, fleetv1.ReasonNotHalted,
+			fmt.Sprintf("%d of %d allowed failure(s)", len(failed), p.b.HaltAfterFailures))
+	}
+
+	switch {
+	case p.in.ResolveError != "":
+		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonResolveFailed,
+			fmt.Sprintf("cannot resolve spec.image %s: %s; no new grants until it resolves (check the registry, the tag, and --insecure-registry)", p.in.Pool.Spec.Image, p.in.ResolveError))
+	case len(conflicts) > 0:
+		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodeConflict,
+			fmt.Sprintf("node(s) not managed: %s; make the pools' nodeSelectors disjoint, or rename the nodes", joinMax(conflicts, 5)))
+	case len(p.drainMsgs) > 0:
+		sort.Strings(p.drainMsgs)
+		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonDrainFailed,
+			fmt.Sprintf("drain blocked: %s; the drain is retried and the node does not reboot until it drains (check the PodDisruptionBudget or pod named)", joinMax(p.drainMsgs, 3)))
+	case len(failed)+len(degraded) > 0:
+		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodesDegraded,
+			fmt.Sprintf("node(s) need attention: %s; see `kubectl get bootcnode <name> -o yaml` (status.reason, status.message)", joinMax(append(failed, degraded...), 5)))
+	default:
+		set(fleetv1.PoolDegraded, metav1.ConditionFalse, fleetv1.ReasonAsExpected, "no node needs attention")
+	}
+
+	switch {
+	case st.Nodes == 0:
+		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonNoNodes, "no Node matches spec.nodeSelector")
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonNoNodes, "no Node matches spec.nodeSelector")
+	case p.target.Digest == "":
+		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "the target image has not been resolved yet")
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "waiting for spec.image to resolve to a digest")
+	case len(notUpdated) == 0:
+		set(fleetv1.PoolUpToDate, metav1.ConditionTrue, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.target))
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.target))
+	default:
+		msg := fmt.Sprintf("%d of %d node(s) run %s; waiting: %s", st.Updated, st.Nodes, p.target, joinMax(notUpdated, 5))
+		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, msg)
+		switch {
+		case p.b.Paused:
+			set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonPaused, "spec.rollout.paused is true: no new grants; set it to false to continue")
+		case p.in.ResolveError != "":
+			set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "no new grants while spec.image does not resolve")
+		case halted:
+			set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonFailuresReached, "halted: no new reboot grants (see the Halted condition)")
+		default:
+			set(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut,
+				fmt.Sprintf("%s; %d staging, %d staged, %d rebooting (maxUnavailable %d, maxStaging %d)", msg, st.Staging, st.Staged, st.Rebooting, p.b.MaxUnavailable, p.b.MaxStaging))
+		}
+	}
+	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
+	p.out.Status = st
+}
+
+func conflictText(n Node) string {
+	if len(n.OtherPools) > 0 {
+		return fmt.Sprintf("%s (also matched by pool %s)", n.Name, joinMax(n.OtherPools, 3))
+	}
+	return fmt.Sprintf("%s (name is not a valid label value)", n.Name)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}

@@ -1,0 +1,321 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+const poolName = "workers"
+
+var (
+	t0    = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	imgV1 = mustPinned("quay.io/example/os@sha256:" + hex('1'))
+	imgV2 = mustPinned("quay.io/example/os@sha256:" + hex('2'))
+	imgV3 = mustPinned("quay.io/example/os@sha256:" + hex('3'))
+)
+
+func hex(c byte) string {
+	b := make([]byte, 64)
+	for i := range b {
+		b[i] = c
+	}
+	return string(b)
+}
+
+func mustPinned(s string) imageref.Pinned {
+	p, err := imageref.ParsePinned(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// bootID makes a valid boot ID from a node name and a boot number.
+func bootID(node string, boot int) string {
+	h := uint32(2166136261)
+	for _, c := range node {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x", h, boot)
+}
+
+// world is a pool's objects as the API server would hold them; apply carries
+// out an Output the way the controller does (same Lease mutations).
+type world struct {
+	pool       *fleetv1.BootcNodePool
+	target     imageref.Pinned
+	resolveErr string
+	nodes      map[string]*Node
+	boots      map[string]int
+	bns        map[string]*fleetv1.BootcNode
+	leases     map[string]*coordinationv1.Lease
+	drains     map[string]Drain
+	now        time.Time
+	uid        int
+}
+
+func newWorld(n, maxUnavailable, maxStaging int) *world {
+	w := &world{
+		pool: &fleetv1.BootcNodePool{
+			ObjectMeta: metav1.ObjectMeta{Name: poolName, Generation: 1},
+			Spec: fleetv1.BootcNodePoolSpec{
+				NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": poolName}},
+				Image:        "quay.io/example/os:latest",
+				Rollout: fleetv1.RolloutSpec{
+					MaxUnavailable:    ptr.To(intstr.FromInt32(int32(maxUnavailable))),
+					MaxStaging:        ptr.To(intstr.FromInt32(int32(maxStaging))),
+					DrainTimeout:      &metav1.Duration{Duration: 10 * time.Minute},
+					RebootTimeout:     &metav1.Duration{Duration: 15 * time.Minute},
+					HaltAfterFailures: ptr.To(int32(1)),
+				},
+			},
+		},
+		target: imgV1,
+		nodes:  map[string]*Node{},
+		boots:  map[string]int{},
+		bns:    map[string]*fleetv1.BootcNode{},
+		leases: map[string]*coordinationv1.Lease{},
+		drains: map[string]Drain{},
+		now:    t0,
+	}
+	for i := 0; i < n; i++ {
+		w.addNode(fmt.Sprintf("node-%02d", i))
+	}
+	return w
+}
+
+func (w *world) addNode(name string) {
+	w.boots[name] = 1
+	w.nodes[name] = &Node{Name: name, InPool: true, Ready: true, BootID: bootID(name, 1)}
+}
+
+// agentReports makes the node's agent report the given booted/staged digests
+// in the current boot.
+func (w *world) agentReports(name string, booted, staged imageref.Pinned, phase fleetv1.NodePhase) {
+	bn := w.bns[name]
+	if bn == nil {
+		bn = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: fleetv1.BootcNodeSpec{Pool: poolName}}
+		w.bns[name] = bn
+	}
+	bn.Status = fleetv1.BootcNodeStatus{BootID: w.nodes[name].BootID, Phase: phase}
+	if booted.Digest != "" {
+		bn.Status.Booted = &fleetv1.Deployment{Image: booted.String(), Digest: booted.Digest}
+	}
+	if staged.Digest != "" {
+		bn.Status.Staged = &fleetv1.Deployment{Image: staged.String(), Digest: staged.Digest, DownloadOnly: true}
+	}
+}
+
+func (w *world) input() Input {
+	in := Input{
+		Pool:          w.pool.DeepCopy(),
+		Target:        w.target,
+		ResolveError:  w.resolveErr,
+		Drains:        map[string]Drain{},
+		Now:           w.now,
+		LeaseDuration: time.Minute,
+	}
+	for _, name := range sortedKeys(w.nodes) {
+		in.Nodes = append(in.Nodes, *w.nodes[name])
+	}
+	for _, name := range sortedKeys(w.bns) {
+		in.BootcNodes = append(in.BootcNodes, *w.bns[name].DeepCopy())
+	}
+	for _, name := range sortedKeys(w.leases) {
+		if s, ok := ParseSlot(poolName, w.leases[name]); ok {
+			in.Slots = append(in.Slots, s)
+		}
+	}
+	for k, v := range w.drains {
+		in.Drains[k] = v
+	}
+	return in
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func (w *world) plan() Output { return Plan(w.input()) }
+
+// apply carries out out like the controller: slot changes on the Lease as
+// read, cordons right after a reboot grant, uncordons before a release.
+func (w *world) apply(out Output) {
+	for _, ref := range out.CreateSlots {
+		l := NewSlotLease(poolName, ref)
+		w.uid++
+		l.UID = types.UID(fmt.Sprintf("uid-%d", w.uid))
+		w.leases[l.Name] = l
+	}
+	for _, name := range out.DeleteSlots {
+		delete(w.leases, name)
+	}
+	for _, c := range out.Changes {
+		l := w.leases[c.Slot]
+		if c.Uncordon {
+			if n := w.nodes[c.Node]; n != nil {
+				n.Unschedulable = false
+			}
+		}
+		ApplyToLease(l, c, w.now, time.Minute)
+		if (c.Op == OpGrant && c.Kind == lease.KindReboot && c.CordonedByUs) || c.Op == OpCordon {
+			w.nodes[c.Node].Unschedulable = true
+		}
+	}
+	for _, name := range out.Uncordon {
+		if n := w.nodes[name]; n != nil {
+			n.Unschedulable = false
+		}
+	}
+	for _, name := range out.StopDrains {
+		delete(w.drains, name)
+	}
+	for _, d := range out.StartDrains {
+		prev := w.drains[d.Node]
+		att := 1
+		if prev.Grant == d.Grant {
+			att = prev.Attempts + 1
+		}
+		w.drains[d.Node] = Drain{Grant: d.Grant, State: DrainRunning, Attempts: att, Message: prev.Message}
+	}
+	for _, c := range out.CreateBootcNodes {
+		w.bns[c.Name] = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+	}
+	for _, c := range out.UpdateBootcNodes {
+		w.bns[c.Name].Spec = c.Spec
+	}
+	for _, name := range out.DeleteBootcNodes {
+		delete(w.bns, name)
+	}
+	w.pool.Status = out.Status
+}
+
+// step plans once and applies the result.
+func (w *world) step() Output {
+	out := w.plan()
+	w.apply(out)
+	return out
+}
+
+// grantOf returns the parsed grant a node holds of kind k, if any.
+func (w *world) grantOf(node string, k lease.Kind) (Slot, bool) {
+	for _, name := range sortedKeys(w.leases) {
+		s, ok := ParseSlot(poolName, w.leases[name])
+		if ok && s.State == SlotHeld && s.Kind == k && s.Grant.Holder == node {
+			return s, true
+		}
+	}
+	return Slot{}, false
+}
+
+func (w *world) held(k lease.Kind) int {
+	c := 0
+	for _, l := range w.leases {
+		if s, ok := ParseSlot(poolName, l); ok && s.Kind == k && s.State != SlotFree {
+			c++
+		}
+	}
+	return c
+}
+
+// otherwiseUnavailable counts pool nodes NotReady or cordoned without a reboot slot.
+func (w *world) otherwiseUnavailable() int {
+	c := 0
+	for name, n := range w.nodes {
+		if !n.InPool {
+			continue
+		}
+		if _, ok := w.grantOf(name, lease.KindReboot); ok {
+			continue
+		}
+		if !n.Ready || n.Unschedulable {
+			c++
+		}
+	}
+	return c
+}
+
+// reboot plays a node rebooting: a new boot ID, booted = what was staged.
+func (w *world) reboot(name string) {
+	w.boots[name]++
+	n := w.nodes[name]
+	n.BootID = bootID(name, w.boots[name])
+	bn := w.bns[name]
+	if bn != nil && bn.Status.Staged != nil {
+		bn.Status.Booted, bn.Status.Staged = bn.Status.Staged, nil
+		bn.Status.Booted.DownloadOnly = false
+	}
+}
+
+// converge runs plan/apply and ideal agents and drains until nothing changes.
+func (w *world) converge(maxSteps int, check func(Output)) {
+	for i := 0; i < maxSteps; i++ {
+		out := w.step()
+		if check != nil {
+			check(out)
+		}
+		w.idealWorld()
+		w.now = w.now.Add(10 * time.Second)
+	}
+}
+
+// idealWorld: every agent does what its grants allow, every drain finishes,
+// every rebooted node comes back.
+func (w *world) idealWorld() {
+	for node, d := range w.drains {
+		if d.State == DrainRunning {
+			d.State = DrainDone
+			w.drains[node] = d
+		}
+	}
+	for _, name := range sortedKeys(w.nodes) {
+		n := w.nodes[name]
+		bn := w.bns[name]
+		if bn == nil || bn.Spec.DesiredImage == "" {
+			continue
+		}
+		desired := mustPinned(bn.Spec.DesiredImage)
+		if bn.Status.BootID != n.BootID {
+			w.agentReports(name, bootedOf(bn), stagedOf(bn), fleetv1.PhaseWaiting)
+			continue
+		}
+		if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Phase == lease.PhaseReboot && s.Grant.BootID == n.BootID && s.Grant.Image == desired {
+			w.reboot(name)
+			w.agentReports(name, bootedOf(w.bns[name]), imageref.Pinned{}, fleetv1.PhaseIdle)
+			continue
+		}
+		if s, ok := w.grantOf(name, lease.KindStage); ok && s.Grant.BootID == n.BootID && s.Grant.Image == desired {
+			w.agentReports(name, bootedOf(bn), desired, fleetv1.PhaseStaged)
+		}
+	}
+}
+
+func bootedOf(bn *fleetv1.BootcNode) imageref.Pinned {
+	if bn.Status.Booted == nil {
+		return imageref.Pinned{}
+	}
+	return mustPinned(bn.Status.Booted.Image)
+}
+
+func stagedOf(bn *fleetv1.BootcNode) imageref.Pinned {
+	if bn.Status.Staged == nil {
+		return imageref.Pinned{}
+	}
+	return mustPinned(bn.Status.Staged.Image)
+}
