@@ -267,6 +267,10 @@ func rebootPending(o Observation) Action {
 			Message: fmt.Sprintf("reboot into %s under %s recorded at %s did not happen within %s",
 				r.Image, r.Grant, r.Recorded.UTC().Format(time.RFC3339), o.RebootTimeout)}
 	}
+	if !o.Status.Staged.Is(r.Image) {
+		return Action{Kind: ClearRecord, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStagedDigestMismatch,
+			Message: "reboot into " + short(r.Image) + " recorded, but bootc has " + describe(o.Status.Staged) + " staged; dropped the record, not rebooting"}
+	}
 	g, err := grantFor(o, r.Grant, lease.ActionReboot, r.Image)
 	switch {
 	case err == nil:

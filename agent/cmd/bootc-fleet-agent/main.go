@@ -1,12 +1,195 @@
-// Command bootc-fleet-agent is the node agent of bootc-fleet.
+// Command bootc-fleet-agent is the node agent of bootc-fleet: run by systemd
+// on every bootc host, it stages and applies the image its BootcNode asks for,
+// only under the grants the coordinator gives it (docs/agent.md).
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
+	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/agent/host"
 )
 
-func main() {
-	fmt.Fprintln(os.Stderr, "bootc-fleet-agent: not implemented yet")
-	os.Exit(2)
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// options are the command line, after environment overrides.
+type options struct {
+	kubeconfig   string
+	nodeName     string
+	bootcPath    string
+	bootIDFile   string
+	stateDir     string
+	watchPaths   []string
+	pollInterval time.Duration
+	settle       time.Duration
+	rebootTO     time.Duration
+	logLevel     string
+	showVersion  bool
 }
+
+type listFlag struct{ vals *[]string }
+
+func (l listFlag) String() string {
+	if l.vals == nil {
+		return ""
+	}
+	return strings.Join(*l.vals, ",")
+}
+func (l listFlag) Set(v string) error { *l.vals = append(*l.vals, v); return nil }
+
+// parse reads flags; BOOTC_FLEET_<FLAG> (dashes as underscores) sets a flag's
+// default, so the systemd unit's EnvironmentFile can configure the agent.
+func parse(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	hostname, _ := os.Hostname()
+	stateDir := "/var/lib/bootc-fleet"
+	if d := getenv("STATE_DIRECTORY"); d != "" {
+		stateDir = strings.Split(d, ":")[0]
+	}
+	o := options{}
+	fs := flag.NewFlagSet("bootc-fleet-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "/var/lib/kubelet/kubeconfig", "kubeconfig to reach the API server as this node")
+	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "this node's name (its Node and BootcNode)")
+	fs.StringVar(&o.bootcPath, "bootc", "bootc", "bootc executable")
+	fs.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the current boot ID")
+	fs.StringVar(&o.stateDir, "state-dir", stateDir, "directory for the durable reboot record (default $STATE_DIRECTORY)")
+	fs.Var(listFlag{&o.watchPaths}, "watch-path", "path whose changes trigger a status re-read (repeatable; default /ostree/bootc and /sysroot/state/deploy)")
+	fs.DurationVar(&o.pollInterval, "poll-interval", time.Minute, "re-read everything at least this often")
+	fs.DurationVar(&o.settle, "settle-timeout", 2*time.Minute, "how long after a reboot bootc status may still show the old image")
+	fs.DurationVar(&o.rebootTO, "reboot-timeout", 15*time.Minute, "how long a recorded reboot may take")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "BOOTC_FLEET_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(env)
+		if v == "" {
+			return
+		}
+		if f.Name == "watch-path" {
+			for _, p := range strings.Split(v, ":") {
+				o.watchPaths = append(o.watchPaths, p)
+			}
+			return
+		}
+		if err := f.Value.Set(v); err != nil && envErr == nil {
+			envErr = fmt.Errorf("%s=%q: %w", env, v, err)
+		}
+	})
+	if envErr != nil {
+		return o, envErr
+	}
+	envWatch := o.watchPaths
+	o.watchPaths = nil
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.watchPaths == nil {
+		o.watchPaths = envWatch
+	}
+	if o.watchPaths == nil {
+		o.watchPaths = []string{"/ostree/bootc", "/sysroot/state/deploy"}
+	}
+	if o.showVersion {
+		return o, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
+		return o, fmt.Errorf("--node-name %q is not a valid node name: %s", o.nodeName, strings.Join(errs, "; "))
+	}
+	if o.pollInterval < time.Second {
+		return o, fmt.Errorf("--poll-interval %s is below 1s", o.pollInterval)
+	}
+	return o, nil
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	o, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bootc-fleet-agent:", err)
+		return 2
+	}
+	if o.showVersion {
+		fmt.Fprintln(stdout, "bootc-fleet-agent", version)
+		return 0
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		fmt.Fprintln(stderr, "bootc-fleet-agent: --log-level:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := start(ctx, o, log); err != nil {
+		log.Error("bootc-fleet-agent failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func start(ctx context.Context, o options, log *slog.Logger) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig %s: %w", o.kubeconfig, err)
+	}
+	rc.UserAgent = "bootc-fleet-agent/" + version
+	sd, err := host.DialSystemd(ctx)
+	if err != nil {
+		return fmt.Errorf("connecting to systemd over D-Bus: %w", err)
+	}
+	defer sd.Close()
+	changes, err := host.Watch(ctx, o.watchPaths, o.pollInterval)
+	if err != nil {
+		return fmt.Errorf("watching %v: %w", o.watchPaths, err)
+	}
+	cfg := agent.Config{
+		NodeName:      o.nodeName,
+		RESTConfig:    rc,
+		StateDir:      o.stateDir,
+		PollInterval:  o.pollInterval,
+		SettleTimeout: o.settle,
+		RebootTimeout: o.rebootTO,
+		Version:       version,
+	}
+	deps := agent.Deps{
+		Bootc:    &bootc.CLI{Path: o.bootcPath},
+		Host:     machine{bootIDFile: o.bootIDFile, Systemd: sd},
+		Notifier: host.NewNotifier(),
+		Log:      log,
+		Changes:  changes,
+	}
+	return agent.Run(ctx, cfg, deps)
+}
+
+// machine joins the boot ID file and systemd into agent.Host.
+type machine struct {
+	bootIDFile string
+	*host.Systemd
+}
+
+func (m machine) BootID() (string, error) { return host.ReadBootID(m.bootIDFile) }

@@ -1,0 +1,425 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
+	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/agent/integration"
+	"github.com/bootc-fleet/bootc-fleet/agent/record"
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+)
+
+var env *envtest.Env
+
+func TestMain(m *testing.M) {
+	if ok, _ := envtest.Available(); ok {
+		e, err := envtest.StartShared()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		env = e
+	}
+	code := m.Run()
+	env.Stop()
+	os.Exit(code)
+}
+
+var (
+	imgV1 = "quay.io/example/os@sha256:" + strings.Repeat("1", 64)
+	imgV2 = "quay.io/example/os@sha256:" + strings.Repeat("2", 64)
+	imgV3 = "quay.io/example/os@sha256:" + strings.Repeat("3", 64)
+)
+
+// memBootc is bootc over an in-memory testbootc.Machine, the way a fleet
+// simulation embeds the agent.
+type memBootc struct {
+	m *testbootc.Machine
+	// hold, when set, makes Switch wait for ctx (a pull that never ends).
+	hold     bool
+	mu       sync.Mutex
+	switches []string
+	canceled int
+}
+
+func (b *memBootc) Status(context.Context) (bootc.Status, error) {
+	if err := b.m.StatusError(); err != nil {
+		return bootc.Status{}, err
+	}
+	return bootc.Parse(b.m.Status())
+}
+
+func (b *memBootc) Switch(ctx context.Context, img imageref.Pinned) error {
+	b.mu.Lock()
+	b.switches = append(b.switches, img.String())
+	hold := b.hold
+	b.mu.Unlock()
+	if hold {
+		<-ctx.Done()
+		b.mu.Lock()
+		b.canceled++
+		b.mu.Unlock()
+		return ctx.Err()
+	}
+	return b.m.Switch(img.String())
+}
+
+func (b *memBootc) ApplyStaged(context.Context) error { return b.m.Apply() }
+
+func (b *memBootc) counts() (switches, canceled int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.switches), b.canceled
+}
+
+// memHost counts reboot requests; the test plays the reboot on the machine.
+type memHost struct {
+	m       *testbootc.Machine
+	mu      sync.Mutex
+	reboots int
+	soft    int
+}
+
+func (h *memHost) BootID() (string, error) { return h.m.BootID(), nil }
+func (h *memHost) SoftRebootsCount(context.Context) (uint32, bool, error) {
+	return h.m.State().SoftRebootCount, true, nil
+}
+func (h *memHost) Reboot(context.Context) error     { h.mu.Lock(); h.reboots++; h.mu.Unlock(); return nil }
+func (h *memHost) SoftReboot(context.Context) error { h.mu.Lock(); h.soft++; h.mu.Unlock(); return nil }
+func (h *memHost) count() (int, int)                { h.mu.Lock(); defer h.mu.Unlock(); return h.reboots, h.soft }
+
+type memNotifier struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (n *memNotifier) add(s string)          { n.mu.Lock(); n.lines = append(n.lines, s); n.mu.Unlock() }
+func (n *memNotifier) Ready() error          { n.add("READY=1"); return nil }
+func (n *memNotifier) Status(s string) error { n.add("STATUS=" + s); return nil }
+func (n *memNotifier) Watchdog() error       { return nil }
+func (n *memNotifier) Stopping() error       { n.add("STOPPING=1"); return nil }
+func (n *memNotifier) WatchdogInterval() (time.Duration, bool) {
+	return 0, false
+}
+func (n *memNotifier) has(s string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, l := range n.lines {
+		if l == s || strings.HasPrefix(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+type harness struct {
+	t      *testing.T
+	node   string
+	m      *testbootc.Machine
+	bootc  *memBootc
+	host   *memHost
+	notify *memNotifier
+	k      *integration.Coordinator
+	state  string
+	stop   func() error
+}
+
+func start(t *testing.T, node string, settle time.Duration) *harness {
+	t.Helper()
+	envtest.SkipIfUnavailable(t)
+	m, err := testbootc.NewBooted(imgV1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{
+		t: t, node: node, m: m,
+		bootc:  &memBootc{m: m},
+		host:   &memHost{m: m},
+		notify: &memNotifier{},
+		k:      &integration.Coordinator{C: env.Client, Pool: "pool-" + node},
+		state:  t.TempDir(),
+	}
+	if err := h.k.EnsureBootcNode(context.Background(), node, imgV2, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.run(settle)
+	return h
+}
+
+func (h *harness) run(settle time.Duration) {
+	rc, err := env.AddUser("system:node:"+h.node, "system:masters")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Config{
+			NodeName: h.node, RESTConfig: rc, StateDir: h.state,
+			PollInterval: 5 * time.Second, RereadInterval: 100 * time.Millisecond,
+			SettleTimeout: settle, Version: "test",
+		}, agent.Deps{
+			Bootc: h.bootc, Host: h.host, Notifier: h.notify,
+			Log: slog.New(slog.NewTextHandler(testWriter{h.t}, nil)),
+		})
+	}()
+	var once sync.Once
+	var runErr error
+	h.stop = func() error { once.Do(func() { cancel(); runErr = <-done }); return runErr }
+	h.t.Cleanup(func() { _ = h.stop() })
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (h *harness) wait(what string, ok func(fleetv1.BootcNodeStatus) bool) fleetv1.BootcNodeStatus {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := h.k.WaitStatus(ctx, h.node, ok)
+	if err != nil {
+		h.t.Fatalf("%s: %v", what, err)
+	}
+	return st
+}
+
+func (h *harness) until(what string, ok func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
+	h := start(t, "mem-a", time.Minute)
+	ctx := context.Background()
+	boot1 := h.m.BootID()
+
+	st := h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	if n, _ := h.bootc.counts(); n != 0 {
+		t.Fatalf("%d switches without a stage grant", n)
+	}
+	if st.BootID != boot1 || st.Booted == nil || st.Booted.Digest != "sha256:"+strings.Repeat("1", 64) || st.AgentVersion != "test" || st.LastReportTime == nil {
+		t.Fatalf("status lacks identity or deployments: %+v", st)
+	}
+	if !h.notify.has("READY=1") || !h.notify.has("STATUS=Waiting: ") {
+		t.Fatalf("notifications: %q", h.notify.lines)
+	}
+
+	// A stage grant from another boot is void.
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, testbootc.NewBootID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	h.until("the agent renewed the other-boot grant", func() bool {
+		l, err := h.k.Lease(ctx, lease.KindStage, 0)
+		return err == nil && l.Spec.RenewTime.After(l.Spec.AcquireTime.Time)
+	})
+	if n, _ := h.bootc.counts(); n != 0 {
+		t.Fatalf("staged under a grant issued in another boot")
+	}
+
+	// Granted in this boot: stage, locked.
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	if s := h.m.State().Staged; s == nil || s.Image != imgV2 || !s.DownloadOnly {
+		t.Fatalf("staged = %+v, want %s download-only", s, imgV2)
+	}
+	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reboot slot while draining: no reboot.
+	if _, err := h.k.Grant(ctx, lease.KindReboot, 0, h.node, imgV2, boot1, lease.PhaseDraining); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("Staged, draining", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonDraining))
+	if r, _ := h.host.count(); r != 0 {
+		t.Fatalf("rebooted in phase Draining")
+	}
+	if err := h.k.SetPhase(ctx, 0, lease.PhaseReboot); err != nil {
+		t.Fatal(err)
+	}
+	h.until("one reboot request", func() bool { r, _ := h.host.count(); return r == 1 })
+	rec, err := record.Store{Dir: h.state}.Read()
+	if err != nil || rec == nil || rec.Image != imgV2 || rec.BootID != boot1 || rec.Grant.Lease != lease.SlotName(h.k.Pool, lease.KindReboot, 0) {
+		t.Fatalf("reboot record = %+v, %v", rec, err)
+	}
+	if s := h.m.State().Staged; s == nil || s.DownloadOnly {
+		t.Fatalf("staged deployment not unlocked before the reboot: %+v", s)
+	}
+	h.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, ""))
+
+	// The reboot, with a status that still shows the old boot's deployments.
+	newBoot := h.m.Reboot(testbootc.RebootOptions{StaleUntilSettle: true})
+	h.wait("settling in the new boot", func(s fleetv1.BootcNodeStatus) bool {
+		return s.BootID == newBoot && s.Reason == decide.ReasonSettling
+	})
+	// Meanwhile the coordinator re-grants the old-boot slots: still void.
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("still settling", func(s fleetv1.BootcNodeStatus) bool { return s.Reason == decide.ReasonSettling })
+	h.m.Settle()
+	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	if n, _ := h.bootc.counts(); n != 1 {
+		t.Fatalf("%d switches, want exactly 1 (no re-stage after the reboot)", n)
+	}
+	if r, _ := h.host.count(); r != 1 {
+		t.Fatalf("%d reboot requests, want 1", r)
+	}
+	if rec, err := (record.Store{Dir: h.state}).Read(); rec != nil || err != nil {
+		t.Fatalf("record not cleared after the reboot: %+v, %v", rec, err)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatalf("Run returned %v on shutdown", err)
+	}
+	if !h.notify.has("STOPPING=1") {
+		t.Fatalf("no STOPPING=1: %q", h.notify.lines)
+	}
+}
+
+func TestRunCancelsStageOnRevokeAndImageChange(t *testing.T) {
+	h := start(t, "mem-b", time.Minute)
+	h.bootc.hold = true
+	ctx := context.Background()
+	boot := h.m.BootID()
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("Staging", integration.PhaseIs(fleetv1.PhaseStaging, ""))
+	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.until("the stage cancelled on revoke", func() bool { _, c := h.bootc.counts(); return c == 1 })
+	h.wait("Waiting after the revoke", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.until("a second stage", func() bool { n, _ := h.bootc.counts(); return n == 2 })
+	// The pool image changes: the coordinator rewrites desired and grant.
+	if err := h.k.EnsureBootcNode(ctx, h.node, imgV3, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.until("the old stage cancelled on image change", func() bool { _, c := h.bootc.counts(); return c == 2 })
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV3, boot, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.until("a stage of the new image", func() bool { n, _ := h.bootc.counts(); return n == 3 })
+	h.bootc.mu.Lock()
+	last := h.bootc.switches[len(h.bootc.switches)-1]
+	h.bootc.mu.Unlock()
+	if last != imgV3 {
+		t.Fatalf("last stage was %s, want %s", last, imgV3)
+	}
+}
+
+func TestRunReportsBootedUnexpectedImageAndNeverReboots(t *testing.T) {
+	h := start(t, "mem-c", 500*time.Millisecond)
+	ctx := context.Background()
+	boot1 := h.m.BootID()
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, ""))
+	if _, err := h.k.Grant(ctx, lease.KindReboot, 0, h.node, imgV2, boot1, lease.PhaseReboot); err != nil {
+		t.Fatal(err)
+	}
+	h.until("one reboot request", func() bool { r, _ := h.host.count(); return r == 1 })
+	// Something replaced the staged deployment with a locked one: the reboot
+	// does not enter the granted image.
+	if err := h.m.Switch(imgV3); err != nil {
+		t.Fatal(err)
+	}
+	newBoot := h.m.Reboot(testbootc.RebootOptions{})
+	st := h.wait("BootedUnexpectedImage", func(s fleetv1.BootcNodeStatus) bool {
+		return s.BootID == newBoot && s.Reason == fleetv1.ReasonBootedUnexpectedImage
+	})
+	if st.Phase != fleetv1.PhaseDegraded {
+		t.Fatalf("phase %s, want Degraded", st.Phase)
+	}
+	// The verdict stays for the boot even with a fresh stage grant.
+	if _, err := h.k.Grant(ctx, lease.KindStage, 1, h.node, imgV2, newBoot, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.until("the agent renewed the new grant", func() bool {
+		l, err := h.k.Lease(ctx, lease.KindStage, 1)
+		return err == nil && l.Spec.RenewTime.After(l.Spec.AcquireTime.Time)
+	})
+	h.wait("still Degraded", integration.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonBootedUnexpectedImage))
+	if n, _ := h.bootc.counts(); n != 1 {
+		t.Fatalf("%d switches, want 1: staged again after an unexpected boot", n)
+	}
+	if r, _ := h.host.count(); r != 1 {
+		t.Fatalf("%d reboots, want 1", r)
+	}
+	spent, err := record.Store{Dir: h.state}.Spent()
+	if err != nil || len(spent) != 1 {
+		t.Fatalf("spent = %v, %v; want the reboot grant", spent, err)
+	}
+}
+
+func TestRunIgnoresMalformedLeases(t *testing.T) {
+	h := start(t, "mem-d", time.Minute)
+	ctx := context.Background()
+	now := metav1.NewMicroTime(time.Now())
+	// A held stage slot whose image is a tag: malformed, so never a grant.
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: lease.SlotName(h.k.Pool, lease.KindStage, 0),
+			Labels:      map[string]string{lease.LabelPool: h.k.Pool, lease.LabelSlot: "stage", lease.LabelHolder: h.node},
+			Annotations: map[string]string{lease.AnnotationImage: "quay.io/example/os:latest", lease.AnnotationBootID: h.m.BootID()}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(h.node), AcquireTime: &now, RenewTime: &now,
+			LeaseDurationSeconds: ptr.To[int32](30), LeaseTransitions: ptr.To[int32](1)},
+	}
+	if err := h.k.PutLease(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	st := h.wait("condition GrantsReadable=False", func(s fleetv1.BootcNodeStatus) bool {
+		for _, c := range s.Conditions {
+			if c.Type == agent.ConditionGrantsReadable && c.Status == "False" {
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(st.Message, "malformed") {
+		t.Fatalf("message %q does not mention the malformed lease", st.Message)
+	}
+	if st.Phase != fleetv1.PhaseWaiting {
+		t.Fatalf("phase %s with only a malformed grant, want Waiting", st.Phase)
+	}
+	if n, _ := h.bootc.counts(); n != 0 {
+		t.Fatalf("staged under a malformed grant")
+	}
+	l2, err := h.k.Lease(ctx, lease.KindStage, 0)
+	if err != nil || l2.Spec.RenewTime.After(now.Time) {
+		t.Fatalf("the agent renewed a malformed lease: %+v, %v", l2.Spec.RenewTime, err)
+	}
+}
