@@ -77,6 +77,23 @@ type Deps struct {
 	// Changes may be nil; a receive means the bootc status may have changed
 	// (file system events on the deployment directories).
 	Changes <-chan struct{}
+	// Trace may be nil; it is called right before each disruptive step,
+	// after the step's grant was confirmed (see Step).
+	Trace func(Step)
+}
+
+// Step is a disruptive step the agent is about to take: "stage", "apply",
+// "reboot" or "soft-reboot". Each is taken only after the agent renewed the
+// grant it acts under with an update of the version it had just read: the
+// update's success proves the API server held exactly this grant at that
+// moment. ResourceVersion is the version that renew produced.
+type Step struct {
+	Kind            string
+	Lease           string
+	ResourceVersion string
+	Grant           lease.ID
+	Image           string
+	BootID          string
 }
 
 // Config is the agent's configuration.

@@ -466,7 +466,9 @@ func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Ac
 	case decide.RereadLater:
 		next = r.cfg.RereadInterval
 	case decide.Stage:
-		r.startStage(ctx, a.Image)
+		if !r.startStage(ctx, o, a.Image) {
+			return true, r.cfg.RereadInterval
+		}
 	case decide.CancelStage:
 		r.cancelStage(ctx)
 		return true, next
@@ -478,11 +480,70 @@ func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Ac
 	return false, next
 }
 
-func (r *runner) startStage(ctx context.Context, img imageref.Pinned) {
+func (r *runner) startStage(ctx context.Context, o decide.Observation, img imageref.Pinned) bool {
+	g, ok := r.stageGrant(o, img)
+	if !ok || !r.confirm(ctx, g, "stage", o.Boot.BootID) {
+		return false
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	s := &stageRun{image: img, cancel: cancel, done: make(chan error, 1)}
 	r.stage = s
 	go func() { s.done <- r.deps.Bootc.Switch(sctx, img) }()
+	return true
+}
+
+// stageGrant finds the held stage grant the decision to stage img relied on.
+func (r *runner) stageGrant(o decide.Observation, img imageref.Pinned) (lease.Grant, bool) {
+	for _, h := range o.Grants {
+		c := lease.Check{Node: r.cfg.NodeName, Action: lease.ActionStage, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastRenew: h.LastRenew}
+		if h.Grant.Allows(c) == nil {
+			return h.Grant, true
+		}
+	}
+	return lease.Grant{}, false
+}
+
+// heldGrant returns the held grant with this identity.
+func (r *runner) heldGrant(id lease.ID) (lease.Grant, bool) {
+	h := r.held[id.Lease]
+	if h == nil || h.grant.ID != id {
+		return lease.Grant{}, false
+	}
+	return h.grant, true
+}
+
+// confirm renews want right before a disruptive step. The renew updates the
+// version just read, so it succeeds only if the API server still holds this
+// exact grant (same identity, image, phase and boot): a revoke made after
+// the informer last looked cannot slip through. On success the step is
+// traced and logged with the version the renew produced.
+func (r *runner) confirm(ctx context.Context, want lease.Grant, step, bootID string) bool {
+	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	now := r.now()
+	fresh, updated, err := r.kube.renew(cctx, want.Lease, now)
+	var g lease.Grant
+	if err == nil && updated != nil {
+		g, err = lease.Parse(updated)
+	}
+	if err != nil || updated == nil || g.ID != want.ID || g.Image != want.Image || g.Phase != want.Phase ||
+		g.BootID != want.BootID || g.Failure != want.Failure || g.Holder != r.cfg.NodeName {
+		r.log.Info("grant not confirmed; not acting", "step", step, "lease", want.Lease, "grant", want.ID.String(), "err", err)
+		delete(r.held, want.Lease)
+		return false
+	}
+	rvs := []string{updated.ResourceVersion}
+	if fresh != nil {
+		rvs = append(rvs, fresh.ResourceVersion)
+	}
+	r.held[want.Lease] = &held{grant: g, lastRenew: now, rvs: rvs}
+	r.log.Info("grant confirmed", "step", step, "lease", want.Lease, "resourceVersion", updated.ResourceVersion,
+		"grant", g.ID.String(), "image", g.Image.String(), "bootID", bootID)
+	if r.deps.Trace != nil {
+		r.deps.Trace(Step{Kind: step, Lease: want.Lease, ResourceVersion: updated.ResourceVersion, Grant: g.ID,
+			Image: g.Image.String(), BootID: bootID})
+	}
+	return true
 }
 
 func (r *runner) stageFinished(err error) {
@@ -572,6 +633,10 @@ func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a dec
 	if !r.stagedIs(ctx, o.Boot, a.Image, "before unlocking") {
 		return true
 	}
+	g, ok := r.heldGrant(a.Grant)
+	if !ok || !r.confirm(ctx, g, "apply", o.Boot.BootID) {
+		return true
+	}
 	actx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
 	done := make(chan error, 1)
 	go func() { done <- r.deps.Bootc.ApplyStaged(actx) }()
@@ -582,6 +647,13 @@ func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a dec
 		return false
 	}
 	if !r.stagedIs(ctx, o.Boot, a.Image, "after unlocking") {
+		return true
+	}
+	step := "reboot"
+	if a.Soft {
+		step = "soft-reboot"
+	}
+	if !r.confirm(ctx, g, step, o.Boot.BootID) {
 		return true
 	}
 	rctx, rcancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
