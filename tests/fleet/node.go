@@ -1,0 +1,277 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
+	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/agent/record"
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+)
+
+// NodeBehaviour shapes how a simulated machine behaves.
+type NodeBehaviour struct {
+	// BootTime is how long the machine is down in a reboot.
+	BootTime time.Duration
+	// StaleAfterReboot keeps bootc status showing the pre-reboot state this
+	// long after each boot (early-boot lag).
+	StaleAfterReboot time.Duration
+	// StageTime is how long a stage (download) takes.
+	StageTime time.Duration
+	// NeverReturn: the machine does not come back from its next reboot.
+	NeverReturn bool
+}
+
+// SimNode is one simulated machine: its bootc state, its kubelet and an
+// in-process bootc-fleet-agent (the real agent code and API client with the
+// bootc and host edges in memory).
+type SimNode struct {
+	Name    string
+	Pool    string
+	Machine *testbootc.Machine
+	Kubelet *Kubelet
+
+	behaviour NodeBehaviour
+	log       *Log
+	rest      *rest.Config // the node's identity
+	stateDir  string
+	agentCfg  func() agent.Config
+	logger    *slog.Logger
+
+	mu          sync.Mutex
+	cancel      context.CancelFunc
+	done        chan struct{}
+	down        bool
+	dead        bool
+	lastContent string       // boot the last status read described
+	lastTrace   agent.Step // the last grant the agent confirmed
+	rebooting   bool
+	staging     bool
+}
+
+// Staging reports whether a stage (bootc switch) is in flight.
+func (n *SimNode) Staging() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.staging
+}
+
+func (n *SimNode) setStaging(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.staging = on
+}
+
+// Down reports whether the machine is rebooting or never came back.
+func (n *SimNode) Down() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.down
+}
+
+// Dead reports whether the machine never came back.
+func (n *SimNode) Dead() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dead
+}
+
+// SetBehaviour changes how the machine behaves from now on.
+func (n *SimNode) SetBehaviour(b NodeBehaviour) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.behaviour = b
+}
+
+func (n *SimNode) behave() NodeBehaviour {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.behaviour
+}
+
+// StartAgent starts the node's agent; it runs until StopAgent or a reboot.
+func (n *SimNode) StartAgent(ctx context.Context) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cancel != nil || n.dead {
+		return
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	n.cancel, n.done = cancel, done
+	deps := agent.Deps{
+		Bootc:   memBootc{n},
+		Host:    memHost{n, ctx},
+		Records: record.Store{Dir: n.stateDir},
+		Log:     n.logger,
+		Trace:   n.trace,
+	}
+	cfg := n.agentCfg()
+	go func() {
+		defer close(done)
+		if err := agent.Run(actx, cfg, deps); err != nil {
+			n.logger.Error("agent did not start", "err", err)
+		}
+	}()
+}
+
+// StopAgent stops the agent (as systemd would) and waits for it.
+func (n *SimNode) StopAgent() {
+	n.mu.Lock()
+	cancel, done := n.cancel, n.done
+	n.cancel, n.done = nil, nil
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// CrashAgent kills the agent at once, as SIGKILL would: its goroutines are
+// abandoned mid-step. The durable record survives; nothing else does.
+func (n *SimNode) CrashAgent() { n.StopAgent() }
+
+func (n *SimNode) trace(a agent.Step) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.lastTrace = a
+}
+
+// event fills the fields every action event carries.
+func (n *SimNode) event(kind invariant.Kind, image string) invariant.Event {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.Machine.State()
+	return invariant.Event{
+		Kind: kind, Node: n.Name, Pool: n.Pool, Image: image,
+		BootID:      st.BootID,
+		CurrentBoot: n.Machine.Boot(),
+		ContentBoot: n.lastContent,
+		GrantLease:  n.lastTrace.Lease,
+		GrantRV:     parseRV(n.lastTrace.ResourceVersion),
+	}
+}
+
+func parseRV(s string) int64 {
+	v, _ := strconv.ParseInt(s, 10, 64)
+	return v
+}
+
+// Reboot plays the machine's reboot: the agent stops, the node goes
+// NotReady, the staged deployment is entered (if unlocked), a new boot ID,
+// the boot time passes, then the agent starts again and the node is Ready.
+// planned says whether the agent asked for it (an unplanned one is a power
+// cut). It returns at once; the reboot runs in the background.
+func (n *SimNode) Reboot(ctx context.Context, planned bool) {
+	n.mu.Lock()
+	if n.rebooting || n.dead {
+		n.mu.Unlock()
+		return
+	}
+	n.rebooting, n.down = true, true
+	n.mu.Unlock()
+	if !planned {
+		n.log.Add(n.event(invariant.UnplannedReboot, ""))
+	}
+	go func() {
+		n.StopAgent()
+		_ = n.Kubelet.SetReady(ctx, false, "")
+		b := n.behave()
+		newBoot := n.Machine.Reboot(testbootc.RebootOptions{StaleFor: b.StaleAfterReboot + b.BootTime})
+		if b.NeverReturn {
+			n.mu.Lock()
+			n.dead, n.rebooting = true, false
+			n.mu.Unlock()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(b.BootTime):
+		}
+		n.log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: newBoot})
+		n.mu.Lock()
+		n.down, n.rebooting = false, false
+		n.mu.Unlock()
+		n.StartAgent(ctx)
+		_ = n.Kubelet.SetReady(ctx, true, newBoot)
+	}()
+}
+
+// memBootc is bootc over the simulated machine, logging what the agent does.
+type memBootc struct{ n *SimNode }
+
+func (b memBootc) Status(ctx context.Context) (bootc.Status, error) {
+	if err := b.n.Machine.StatusError(); err != nil {
+		return bootc.Status{}, err
+	}
+	doc, boot := b.n.Machine.StatusFrom()
+	b.n.mu.Lock()
+	b.n.lastContent = boot
+	b.n.mu.Unlock()
+	return bootc.Parse(doc)
+}
+
+func (b memBootc) Switch(ctx context.Context, img imageref.Pinned) error {
+	b.n.log.Add(b.n.event(invariant.StageStart, img.String()))
+	b.n.setStaging(true)
+	defer func() {
+		b.n.setStaging(false)
+		b.n.log.Add(invariant.Event{Kind: invariant.StageEnd, Node: b.n.Name, Pool: b.n.Pool, Image: img.String()})
+	}()
+	if d := b.n.behave().StageTime; d > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", bootc.ErrCanceled, ctx.Err())
+		case <-time.After(d):
+		}
+	}
+	return b.n.Machine.Switch(img.String())
+}
+
+func (b memBootc) ApplyStaged(ctx context.Context) error {
+	st := b.n.Machine.State()
+	img := ""
+	if st.Staged != nil {
+		img = st.Staged.Image
+	}
+	b.n.log.Add(b.n.event(invariant.Apply, img))
+	return b.n.Machine.Apply()
+}
+
+// memHost is the machine's boot identity and logind.
+type memHost struct {
+	n   *SimNode
+	ctx context.Context // the harness's, outliving the agent
+}
+
+func (h memHost) BootID() (string, error) { return h.n.Machine.BootID(), nil }
+
+func (h memHost) SoftRebootsCount(context.Context) (uint32, bool, error) {
+	// Soft reboots are not simulated: report a systemd without them.
+	return 0, false, nil
+}
+
+func (h memHost) Reboot(context.Context) error {
+	st := h.n.Machine.State()
+	img := ""
+	if st.Staged != nil {
+		img = st.Staged.Image
+	}
+	h.n.log.Add(h.n.event(invariant.Reboot, img))
+	h.n.Reboot(h.ctx, true)
+	return nil
+}
+
+func (h memHost) SoftReboot(ctx context.Context) error {
+	return fmt.Errorf("soft reboot is not simulated in the fleet harness")
+}

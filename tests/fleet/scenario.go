@@ -1,0 +1,131 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+)
+
+// Result is the outcome of one scenario run.
+type Result struct {
+	Seed       int64
+	Pool       string
+	Violations []invariant.Violation
+	Problems   []string // anything else that failed (timeouts, reboot counts)
+	Reboots    map[string]int
+	Duration   time.Duration
+}
+
+// Failed reports whether anything went wrong.
+func (r Result) Failed() bool { return len(r.Violations) > 0 || len(r.Problems) > 0 }
+
+func (r Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d (pool %s, %s): %d violations, %d problems", r.Seed, r.Pool, r.Duration.Round(time.Millisecond), len(r.Violations), len(r.Problems))
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "\n  problem: %s", p)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "\n  %s", v)
+	}
+	return b.String()
+}
+
+// waitFor polls cond until it is true or the timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ImageChangeMidRollout is the scenario bootc-fleet exists for: the pool's
+// image changes while one node is mid-stage and another is mid-reboot, and
+// every reboot is followed by a window of stale bootc status. Every node
+// must end on the new image with exactly one reboot per reboot grant, none
+// ungated, and I1-I5 must hold. The seed fixes the fleet's shape and timings.
+func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
+	start := time.Now()
+	r := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	name := fmt.Sprintf("s%04d", seed)
+	opts := PoolOptions{
+		Nodes:          3 + r.IntN(3),
+		MaxUnavailable: 1 + r.IntN(2),
+		MaxStaging:     1 + r.IntN(2),
+		HaltAfter:      1,
+		RebootTimeout:  time.Minute,
+	}
+	stale := time.Duration(r.IntN(1500)) * time.Millisecond
+	boot := time.Duration(500+r.IntN(500)) * time.Millisecond
+	stage := time.Duration(600+r.IntN(800)) * time.Millisecond
+	opts.Behaviour = func(int) NodeBehaviour {
+		return NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage}
+	}
+	res := Result{Seed: seed, Pool: name}
+	p := f.AddPool(name, opts)
+	p.Push("v2")
+	v3 := p.Push("v3")
+	p.Create("v2", opts)
+
+	midStage := func() (string, bool) {
+		for _, n := range p.Nodes {
+			if n.Staging() {
+				return n.Name, true
+			}
+		}
+		return "", false
+	}
+	midReboot := func() (string, bool) {
+		for _, n := range p.Nodes {
+			if n.Down() {
+				return n.Name, true
+			}
+		}
+		return "", false
+	}
+	if !waitFor(ctx, 60*time.Second, func() bool {
+		_, s := midStage()
+		_, b := midReboot()
+		return s && b
+	}) {
+		res.Problems = append(res.Problems, "never saw one node mid-stage while another was mid-reboot")
+	}
+	if err := p.SetImage("v3"); err != nil {
+		res.Problems = append(res.Problems, "changing the image: "+err.Error())
+	}
+	if !waitFor(ctx, 90*time.Second, func() bool {
+		if p.Status().TargetImage != v3 {
+			return false
+		}
+		ok, _ := p.Converged(v3)
+		return ok
+	}) {
+		_, waiting := p.Converged(v3)
+		res.Problems = append(res.Problems, fmt.Sprintf("did not converge on %s within 90s; waiting for %s; pool status %+v", v3, waiting, p.Status()))
+	}
+	// Let the last release land, then judge the whole run.
+	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	res.Violations = p.Check(v3, invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter})
+	res.Reboots = p.Reboots()
+	grants := p.RebootGrants()
+	for _, n := range p.NodeNames() {
+		if res.Reboots[n] != grants[n] {
+			res.Problems = append(res.Problems, fmt.Sprintf("node %s: %d reboots for %d reboot grants that reached phase Reboot", n, res.Reboots[n], grants[n]))
+		}
+		if res.Reboots[n] == 0 {
+			res.Problems = append(res.Problems, fmt.Sprintf("node %s never rebooted", n))
+		}
+	}
+	res.Duration = time.Since(start)
+	return res
+}
