@@ -29,6 +29,9 @@ type NodeBehaviour struct {
 	StageTime time.Duration
 	// NeverReturn: the machine does not come back from its next reboot.
 	NeverReturn bool
+	// CrashBeforeReboot: the agent dies this many times after recording a
+	// reboot and before the reboot is issued (then it is restarted).
+	CrashBeforeReboot int
 }
 
 // SimNode is one simulated machine: its bootc state, its kubelet and an
@@ -262,6 +265,23 @@ func (h memHost) SoftRebootsCount(context.Context) (uint32, bool, error) {
 }
 
 func (h memHost) Reboot(context.Context) error {
+	n := h.n
+	n.mu.Lock()
+	crash := n.behaviour.CrashBeforeReboot > 0
+	if crash {
+		n.behaviour.CrashBeforeReboot--
+	}
+	n.mu.Unlock()
+	if crash {
+		// The agent dies between recording the reboot and issuing it; it
+		// is restarted shortly after, in the same boot.
+		go func() {
+			n.StopAgent()
+			time.Sleep(100 * time.Millisecond)
+			n.StartAgent(h.ctx)
+		}()
+		return fmt.Errorf("simulated crash before the reboot was issued")
+	}
 	st := h.n.Machine.State()
 	img := ""
 	if st.Staged != nil {

@@ -68,8 +68,15 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	stale := time.Duration(r.IntN(1500)) * time.Millisecond
 	boot := time.Duration(500+r.IntN(500)) * time.Millisecond
 	stage := time.Duration(600+r.IntN(800)) * time.Millisecond
-	opts.Behaviour = func(int) NodeBehaviour {
-		return NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage}
+	// One node downloads slowly, so it is still staging when the others
+	// start rebooting: that is the moment the image changes.
+	slow := r.IntN(opts.Nodes)
+	opts.Behaviour = func(i int) NodeBehaviour {
+		b := NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage}
+		if i == slow {
+			b.StageTime = 6 * time.Second
+		}
+		return b
 	}
 	res := Result{Seed: seed, Pool: name}
 	p := f.AddPool(name, opts)
@@ -124,6 +131,107 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 		}
 		if res.Reboots[n] == 0 {
 			res.Problems = append(res.Problems, fmt.Sprintf("node %s never rebooted", n))
+		}
+	}
+	res.Duration = time.Since(start)
+	return res
+}
+
+// NodeNeverReturns: one node does not come back from its reboot. The
+// coordinator must mark the grant RebootTimeout, halt the pool (haltAfter 1)
+// and grant no further reboots; the other nodes keep their old image or
+// finish what they were granted. I1-I5 hold with that node unhealthy.
+func NodeNeverReturns(ctx context.Context, f *Fleet, seed int64) Result {
+	start := time.Now()
+	name := fmt.Sprintf("dead%04d", seed)
+	opts := PoolOptions{Nodes: 4, MaxUnavailable: 1, MaxStaging: 4, HaltAfter: 1, RebootTimeout: 3 * time.Second}
+	opts.Behaviour = func(i int) NodeBehaviour {
+		return NodeBehaviour{BootTime: 300 * time.Millisecond, StageTime: 100 * time.Millisecond, StaleAfterReboot: 500 * time.Millisecond}
+	}
+	res := Result{Seed: seed, Pool: name}
+	p := f.AddPool(name, opts)
+	v2 := p.Push("v2")
+	// Whichever node reboots first never comes back.
+	for _, n := range p.Nodes {
+		n.SetBehaviour(NodeBehaviour{BootTime: 300 * time.Millisecond, StageTime: 100 * time.Millisecond, NeverReturn: true})
+	}
+	p.Create("v2", opts)
+	var dead *SimNode
+	if !waitFor(ctx, 60*time.Second, func() bool {
+		for _, n := range p.Nodes {
+			if n.Dead() {
+				dead = n
+				return true
+			}
+		}
+		return false
+	}) {
+		res.Problems = append(res.Problems, "no node rebooted")
+		return res
+	}
+	for _, n := range p.Nodes {
+		if n != dead {
+			n.SetBehaviour(NodeBehaviour{BootTime: 300 * time.Millisecond, StageTime: 100 * time.Millisecond})
+		}
+	}
+	if !waitFor(ctx, 60*time.Second, p.Halted) {
+		res.Problems = append(res.Problems, fmt.Sprintf("pool not Halted after %s never returned: %+v", dead.Name, p.Status()))
+	}
+	// Halted means no new reboot grants: nothing else reboots from now on.
+	before := len(p.Reboots())
+	time.Sleep(3 * time.Second)
+	if after := p.Reboots(); len(after) != before || after[dead.Name] != 1 {
+		res.Problems = append(res.Problems, fmt.Sprintf("reboots after the halt: %v", after))
+	}
+	st := p.Status()
+	if st.Failures < 1 || st.Degraded < 1 {
+		res.Problems = append(res.Problems, fmt.Sprintf("pool status does not count the failure: %+v", st))
+	}
+	// The healthy nodes did not reboot, so they are still on v1: judge them
+	// against the image they run, and the dead one as unhealthy.
+	fin := p.Final(v2)
+	for n, fn := range fin.Nodes {
+		if n != dead.Name {
+			fn.Healthy = false // not converged by design: the pool halted
+			fin.Nodes[n] = fn
+		}
+	}
+	res.Violations = invariant.Check(p.Events(), map[string]invariant.Pool{name: {MaxUnavailable: 1, MaxStaging: 4, HaltAfter: 1}}, fin)
+	res.Reboots = p.Reboots()
+	res.Duration = time.Since(start)
+	return res
+}
+
+// CoordinatorRestart stops the coordinator in the middle of a rollout (as a
+// crash would), waits, starts a new one, and checks the rollout resumes and
+// converges without a double grant or any broken invariant.
+func CoordinatorRestart(ctx context.Context, f *Fleet, seed int64) Result {
+	start := time.Now()
+	name := fmt.Sprintf("restart%04d", seed)
+	opts := PoolOptions{Nodes: 5, MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1, RebootTimeout: time.Minute}
+	opts.Behaviour = func(int) NodeBehaviour {
+		return NodeBehaviour{BootTime: 400 * time.Millisecond, StageTime: 300 * time.Millisecond, StaleAfterReboot: 700 * time.Millisecond}
+	}
+	res := Result{Seed: seed, Pool: name}
+	p := f.AddPool(name, opts)
+	v2 := p.Push("v2")
+	p.Create("v2", opts)
+	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 2 }) {
+		res.Problems = append(res.Problems, "rollout did not start")
+	}
+	f.StopCoordinator()
+	time.Sleep(2 * time.Second)
+	f.StartCoordinator()
+	if !waitFor(ctx, 90*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+		_, waiting := p.Converged(v2)
+		res.Problems = append(res.Problems, "did not converge after the restart; waiting for "+waiting)
+	}
+	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	res.Violations = p.Check(v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1})
+	res.Reboots = p.Reboots()
+	for _, n := range p.NodeNames() {
+		if res.Reboots[n] != 1 {
+			res.Problems = append(res.Problems, fmt.Sprintf("node %s rebooted %d times, want 1", n, res.Reboots[n]))
 		}
 	}
 	res.Duration = time.Since(start)

@@ -81,3 +81,79 @@ func TestImageChangeMidRollout(t *testing.T) {
 	}
 	t.Logf("%d seeds, %d failed %v, in %s", len(all), len(failed), failed, time.Since(start).Round(time.Second))
 }
+
+func TestNodeThatNeverReturnsHaltsPool(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	if r := NodeNeverReturns(context.Background(), f, 1); r.Failed() {
+		t.Fatal(r)
+	} else {
+		t.Logf("%s; reboots %v", r, r.Reboots)
+	}
+}
+
+func TestCoordinatorRestartMidRollout(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	if r := CoordinatorRestart(context.Background(), f, 1); r.Failed() {
+		t.Fatal(r)
+	} else {
+		t.Logf("%s; reboots %v", r, r.Reboots)
+	}
+}
+
+// TestChaos runs the randomized fault campaign (make chaos SEEDS=500). In
+// make test it runs a few seeds; each failing seed prints its fault plan.
+// Replay: go test ./tests/fleet -run TestChaos -seeds 123 -v
+func TestChaos(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	all := seeds(4)
+	if *seedsFlag == "" && os.Getenv("SEEDS") == "" && testing.Short() {
+		all = all[:1]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var failed []string
+	// Seeds with coordinator crashes run alone with their own coordinator;
+	// the others share one, a batch at a time.
+	f := Start(t, Options{})
+	for i := 0; i < len(all); i += *batchFlag {
+		batch := all[i:min(i+*batchFlag, len(all))]
+		type out struct {
+			r      Result
+			faults []Fault
+		}
+		results := make([]out, len(batch))
+		var wg sync.WaitGroup
+		for j, seed := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, faults := Chaos(ctx, f, seed, false)
+				results[j] = out{r, faults}
+			}()
+		}
+		wg.Wait()
+		for _, o := range results {
+			fmt.Printf("chaos seed %d: %d violations, %d problems (%s)\n", o.r.Seed, len(o.r.Violations), len(o.r.Problems), o.r.Duration.Round(time.Millisecond))
+			if o.r.Failed() {
+				t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaos -seeds %d -v", o.r, FaultString(o.faults), o.r.Seed)
+				failed = append(failed, fmt.Sprint(o.r.Seed))
+			}
+		}
+	}
+	t.Logf("chaos: %d seeds, %d failed %v, in %s", len(all), len(failed), failed, time.Since(start).Round(time.Second))
+}
+
+// TestChaosCoordinatorCrash runs chaos seeds that also crash and restart
+// the coordinator, each with a fleet of its own.
+func TestChaosCoordinatorCrash(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	r, faults := Chaos(context.Background(), f, 1001, true)
+	if r.Failed() {
+		t.Fatalf("%s\n  faults:%s", r, FaultString(faults))
+	}
+	t.Logf("%s faults:%s", r, FaultString(faults))
+}

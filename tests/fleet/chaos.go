@@ -1,0 +1,272 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+)
+
+// Fault is one injected fault, logged so a failing seed explains itself.
+type Fault struct {
+	At   time.Duration
+	What string
+}
+
+// Chaos runs one randomized rollout of a pool under faults drawn from the
+// seed: agent crashes at random moments and between recording and issuing
+// a reboot, coordinator crashes and restarts, bootc stage failures and
+// hangs, stale status after reboots, a node that never comes back, a PDB
+// that blocks a drain for a while, lease update conflicts, and 1-3 image
+// changes at random moments. It checks I1-I5 over the whole run.
+//
+// The seed decides the fleet, the faults and their timing; goroutine
+// scheduling is not replayed, so a replay reproduces the same plan, not the
+// same interleaving. withCoordinatorFaults must be false when pools share a
+// coordinator with other concurrent runs that did not ask for it.
+func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool) (Result, []Fault) {
+	start := time.Now()
+	r := rand.New(rand.NewPCG(uint64(seed), 0xc4a05))
+	name := fmt.Sprintf("c%04d", seed)
+	opts := PoolOptions{
+		Nodes:          3 + r.IntN(4),
+		MaxUnavailable: 1 + r.IntN(2),
+		MaxStaging:     1 + r.IntN(3),
+		HaltAfter:      1,
+		RebootTimeout:  20 * time.Second,
+		DrainTimeout:   2 * time.Second,
+	}
+	dead := -1
+	if r.IntN(8) == 0 {
+		dead = r.IntN(opts.Nodes)
+	}
+	behaviours := make([]NodeBehaviour, opts.Nodes)
+	for i := range behaviours {
+		behaviours[i] = NodeBehaviour{
+			BootTime:          time.Duration(200+r.IntN(800)) * time.Millisecond,
+			StaleAfterReboot:  time.Duration(r.IntN(5000)) * time.Millisecond,
+			StageTime:         time.Duration(100+r.IntN(1500)) * time.Millisecond,
+			CrashBeforeReboot: r.IntN(2),
+			NeverReturn:       i == dead,
+		}
+	}
+	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
+	var faults []Fault
+	note := func(format string, a ...any) {
+		faults = append(faults, Fault{At: time.Since(start).Round(time.Millisecond), What: fmt.Sprintf(format, a...)})
+	}
+	for i, b := range behaviours {
+		if b.NeverReturn {
+			note("node %d will never come back from its reboot", i)
+		}
+		if b.CrashBeforeReboot > 0 {
+			note("node %d's agent dies once between recording and issuing its reboot", i)
+		}
+	}
+
+	p := f.AddPool(name, opts)
+	tags := []string{"v2"}
+	images := map[string]string{"v2": p.Push("v2")}
+	changes := 1 + r.IntN(3)
+	for i := 0; i < changes; i++ {
+		tag := fmt.Sprintf("v%d", i+3)
+		tags = append(tags, tag)
+		images[tag] = p.Push(tag)
+	}
+	// Stage failures and a hang on some nodes.
+	for i, n := range p.Nodes {
+		switch r.IntN(5) {
+		case 0:
+			n.Machine.Configure(func(k *testbootc.Knobs) {
+				k.SwitchFailure = &testbootc.Failure{ExitCode: 1, Stderr: "error: pulling image: simulated network failure", Times: 1 + r.IntN(2)}
+			})
+			note("node %d: bootc switch fails %d time(s)", i, 1)
+		case 1:
+			b := behaviours[i]
+			b.StageTime = 8 * time.Second
+			n.SetBehaviour(b)
+			note("node %d: bootc switch hangs for 8s", i)
+		}
+	}
+	// A PDB that blocks draining one node for a while.
+	blocked := -1
+	if r.IntN(3) == 0 {
+		blocked = r.IntN(opts.Nodes)
+		if err := f.blockDrain(ctx, p, p.Nodes[blocked].Name); err != nil {
+			note("could not set up the PDB: %v", err)
+			blocked = -1
+		} else {
+			note("node %d: a PodDisruptionBudget blocks its drain", blocked)
+		}
+	}
+	p.Create("v2", opts)
+
+	// The fault schedule: each entry fires at a random moment.
+	type event struct {
+		at time.Duration
+		do func()
+	}
+	var plan []event
+	// Image changes fire in tag order, at least 1s apart, so the last tag
+	// is the final target.
+	at := time.Duration(1000+r.IntN(4000)) * time.Millisecond
+	for i := 1; i < len(tags); i++ {
+		tag := tags[i]
+		at += time.Duration(1000+r.IntN(4000)) * time.Millisecond
+		plan = append(plan, event{at, func() {
+			note("image changed to %s", tag)
+			_ = p.SetImage(tag)
+		}})
+	}
+	for k := r.IntN(4); k > 0; k-- {
+		i := r.IntN(opts.Nodes)
+		plan = append(plan, event{time.Duration(r.IntN(15000)) * time.Millisecond, func() {
+			note("node %d's agent crashes and restarts", i)
+			n := p.Nodes[i]
+			n.CrashAgent()
+			time.Sleep(300 * time.Millisecond)
+			if !n.Down() {
+				n.StartAgent(f.ctx)
+			}
+		}})
+	}
+	if withCoordinatorFaults && r.IntN(2) == 0 {
+		plan = append(plan, event{time.Duration(2000+r.IntN(10000)) * time.Millisecond, func() {
+			note("coordinator crashes; restarted 1s later")
+			f.StopCoordinator()
+			time.Sleep(time.Second)
+			f.StartCoordinator()
+		}})
+	}
+	if r.IntN(2) == 0 {
+		plan = append(plan, event{time.Duration(r.IntN(8000)) * time.Millisecond, func() {
+			note("lease update conflicts for 5s (a third writer touches the slot Leases)")
+			f.touchLeases(ctx, p.Name, 5*time.Second)
+		}})
+	}
+	if blocked >= 0 {
+		plan = append(plan, event{time.Duration(6000+r.IntN(6000)) * time.Millisecond, func() {
+			note("the blocking PDB is removed")
+			f.unblockDrain(ctx, p, p.Nodes[blocked].Name)
+		}})
+	}
+	done := make(chan struct{})
+	for _, e := range plan {
+		go func() {
+			select {
+			case <-time.After(e.at):
+				e.do()
+			case <-done:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	last := tags[len(tags)-1]
+	target := images[last]
+	res := Result{Seed: seed, Pool: name}
+	settled := func() bool {
+		if p.Status().TargetImage != target {
+			return false
+		}
+		if dead >= 0 && p.Nodes[dead].Dead() {
+			return p.Halted()
+		}
+		ok, _ := p.Converged(target)
+		return ok
+	}
+	maxFault := 15 * time.Second
+	if !waitFor(ctx, maxFault+150*time.Second, func() bool { return time.Since(start) > maxFault && settled() }) {
+		_, waiting := p.Converged(target)
+		res.Problems = append(res.Problems, fmt.Sprintf("did not settle on %s (%s) within the bound; waiting for %s; pool %+v", last, target, waiting, p.Status()))
+	}
+	close(done)
+	waitFor(ctx, 5*time.Second, func() bool { return p.Status().Rebooting == 0 || (dead >= 0 && p.Halted()) })
+	budget := invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter}
+	fin := p.Final(target)
+	if dead >= 0 && p.Nodes[dead].Dead() {
+		// Halted: nodes that were still waiting for a reboot slot keep their
+		// old image by design; they are judged by I1-I3 and I5 only.
+		for n, fn := range fin.Nodes {
+			if fn.Booted != target {
+				fn.Healthy = false
+				fin.Nodes[n] = fn
+			}
+		}
+	}
+	res.Violations = invariant.Check(p.Events(), map[string]invariant.Pool{name: budget}, fin)
+	res.Reboots = p.Reboots()
+	res.Duration = time.Since(start)
+	return res, faults
+}
+
+
+// blockDrain puts a Running pod on node, covered by a PDB that allows no
+// disruption (the disruption controller does not run here, so its status
+// is written directly).
+func (f *Fleet) blockDrain(ctx context.Context, p *Pool, node string) error {
+	ns := "default"
+	labels := map[string]string{"app": node}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: node + "-web", Namespace: ns, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1"}}}}
+	created, err := f.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if _, err := f.Kube.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: node + "-pdb", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	pdb, err = f.Kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 0,
+		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
+	_, err = f.Kube.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, pdb, metav1.UpdateOptions{})
+	return err
+}
+
+func (f *Fleet) unblockDrain(ctx context.Context, p *Pool, node string) {
+	_ = f.Kube.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, node+"-pdb", metav1.DeleteOptions{})
+}
+
+// touchLeases writes an unrelated annotation on the pool's slot Leases for
+// d, so the coordinator's and the agents' updates meet conflicts.
+func (f *Fleet) touchLeases(ctx context.Context, pool string, d time.Duration) {
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
+		list, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + pool})
+		if err == nil {
+			for _, l := range list.Items {
+				if l.Annotations == nil {
+					l.Annotations = map[string]string{}
+				}
+				l.Annotations["chaos.bootc.dev/touch"] = fmt.Sprint(i)
+				_, _ = f.Kube.CoordinationV1().Leases(lease.Namespace).Update(ctx, &l, metav1.UpdateOptions{})
+			}
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
+// FaultString renders a fault plan.
+func FaultString(faults []Fault) string {
+	var b strings.Builder
+	for _, f := range faults {
+		fmt.Fprintf(&b, "\n    +%s %s", f.At, f.What)
+	}
+	return b.String()
+}

@@ -1,0 +1,208 @@
+package fleet
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
+	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
+)
+
+// startProcFleet builds the binaries and starts a process fleet for t,
+// skipping when the API server or dbus-daemon is missing (unless required).
+func startProcFleet(t *testing.T, opts ProcOptions) *ProcFleet {
+	t.Helper()
+	env := envtest.Start(t)
+	if _, err := os.Stat(fakedbus.DaemonPath); err != nil && os.Getenv("BOOTC_FLEET_REQUIRE_DBUS") != "1" {
+		t.Skipf("skipping: %v", fakedbus.ErrNoDaemon)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := BuildProcBinaries(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Env, opts.Bin, opts.Dir = env, bin, t.TempDir()
+	f, err := StartProcFleet(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.Close()
+		if t.Failed() {
+			logTail(t, "coordinator", f.CoordinatorLog)
+			for _, n := range f.Nodes {
+				logTail(t, n.Name+" agent", n.AgentLog)
+			}
+		}
+	})
+	return f
+}
+
+func logTail(t *testing.T, what, path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	t.Logf("%s (last %d lines of %s):\n%s", what, len(lines), path, strings.Join(lines, "\n"))
+}
+
+// waitConverged polls until the fleet converged on target or the bound passes.
+func waitConverged(t *testing.T, f *ProcFleet, target string, bound time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(bound)
+	for {
+		ok, pending := f.Converged(ctx, target)
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			st, _ := f.PoolStatus(ctx)
+			t.Fatalf("not converged on %s within %s: %s\npool status: %+v", target, bound, pending, st)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func TestProcFleetHappyPath(t *testing.T) {
+	f := startProcFleet(t, ProcOptions{Nodes: 6, StageTime: 300 * time.Millisecond})
+	ctx := context.Background()
+	v2, err := f.Push("v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreatePool(ctx, "v2", 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, f, v2, 3*time.Minute)
+
+	for _, v := range f.Check(ctx, v2) {
+		t.Errorf("%s", v)
+	}
+	if err := f.CheckInvocations(); err != nil {
+		t.Errorf("events and test bootc disagree: %v", err)
+	}
+	reboots := f.Reboots()
+	for _, n := range f.Nodes {
+		m, err := n.Bootc.Machine()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := m.State()
+		if st.Booted == nil || st.Booted.Image != v2 {
+			t.Errorf("%s booted %+v, want %s", n.Name, st.Booted, v2)
+		}
+		if reboots[n.Name] != 1 || st.Reboots != 1 || len(n.Login.RebootArgs()) != 1 {
+			t.Errorf("%s: %d logged reboots, %d machine reboots, %d logind calls; want exactly 1",
+				n.Name, reboots[n.Name], st.Reboots, len(n.Login.RebootArgs()))
+		}
+		for _, r := range n.RebootTimings() {
+			t.Logf("%s: reboot %s -> %s: agent stopped after %s, up after %s, agent ready after %s", n.Name,
+				short8(r.From), short8(r.To), r.AgentStopped.Sub(r.Requested).Round(time.Millisecond),
+				r.Booted.Sub(r.Requested).Round(time.Millisecond), r.AgentReady.Sub(r.Requested).Round(time.Millisecond))
+		}
+	}
+	if t.Failed() {
+		for _, e := range f.Log.Events() {
+			t.Logf("%s", e)
+		}
+	}
+}
+
+func short8(s string) string {
+	if len(s) > 8 {
+		return s[:8]
+	}
+	return s
+}
+
+func TestParseLogfmt(t *testing.T) {
+	tests := []struct {
+		name string
+		line string
+		want map[string]string
+	}{
+		{
+			name: "grant confirmed line from the agent",
+			line: `time=2026-11-29T21:16:13.123Z level=INFO msg="grant confirmed" step=stage lease=pool-stage-0 resourceVersion=812 grant=pool-stage-0/uid#3 image=127.0.0.1:4000/os@sha256:ab bootID=1-2`,
+			want: map[string]string{"time": "2026-11-29T21:16:13.123Z", "level": "INFO", "msg": "grant confirmed", "step": "stage",
+				"lease": "pool-stage-0", "resourceVersion": "812", "grant": "pool-stage-0/uid#3", "image": "127.0.0.1:4000/os@sha256:ab", "bootID": "1-2"},
+		},
+		{
+			name: "quoted value with escaped quote and spaces",
+			line: `msg="stage failed" err="bootc switch: \"boom\" now" retryIn=1s`,
+			want: map[string]string{"msg": "stage failed", "err": `bootc switch: "boom" now`, "retryIn": "1s"},
+		},
+		{
+			name: "malformed pairs are skipped",
+			line: `junk msg="ok" =x bad="unterminated`,
+			want: map[string]string{"msg": "ok"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := parseLogfmt(tt.line)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("%s = %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestBootAtClassifiesStaleReads(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	windows := []procBoot{
+		{boot: "a/0"},
+		{start: t0, boot: "b/0", prev: "a/0", staleUntil: t0.Add(2 * time.Second)},
+		{start: t0.Add(time.Minute), boot: "c/0", prev: "b/0"},
+	}
+	tests := []struct {
+		name string
+		at   time.Time
+		want string
+	}{
+		{"read in the first boot", t0.Add(-time.Second), "a/0"},
+		{"read early in the second boot, inside its stale window", t0.Add(time.Second), "a/0"},
+		{"read at the window's end is fresh", t0.Add(2 * time.Second), "b/0"},
+		{"read after the window", t0.Add(30 * time.Second), "b/0"},
+		{"read in a boot without a stale window", t0.Add(2 * time.Minute), "c/0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := bootAt(windows, tt.at); got != tt.want {
+				t.Errorf("bootAt = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLineWriterSplitsAcrossWrites(t *testing.T) {
+	var lines []string
+	var out strings.Builder
+	w := &lineWriter{out: &out, line: func(l string) { lines = append(lines, l) }}
+	for _, p := range []string{"a=1 b", "=2\nc=3\n", "d=4"} {
+		if _, err := w.Write([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.flush()
+	if got := strings.Join(lines, "|"); got != "a=1 b=2|c=3|d=4" {
+		t.Errorf("lines %q", got)
+	}
+	if out.String() != "a=1 b=2\nc=3\nd=4" {
+		t.Errorf("copied %q", out.String())
+	}
+}
