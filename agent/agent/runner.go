@@ -115,27 +115,62 @@ func (r *runner) run(ctx context.Context) error {
 				break
 			}
 		}
-		if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < wait {
-			wait = wd / 2
+		lastRound := r.now()
+		nextRound := lastRound.Add(wait)
+		// Sleep until the next round is due, something changes, or a grant
+		// needs renewing; wake in between only to ping the watchdog, which
+		// costs nothing (no bootc status, no API call).
+		for {
+			sleep := nextRound.Sub(r.now())
+			if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < sleep {
+				sleep = wd / 2
+			}
+			if d := r.renewDue(); d < sleep {
+				sleep = d
+			}
+			if sleep < 10*time.Millisecond {
+				sleep = 10 * time.Millisecond
+			}
+			woke, ok := r.sleep(ctx, sleep)
+			if !ok {
+				return nil
+			}
+			if woke || !r.now().Before(nextRound) || r.renewDue() <= 0 {
+				break
+			}
+			_ = r.deps.Notifier.Watchdog()
 		}
-		if d := r.renewDue(); d < wait {
-			wait = d
+		// A file-system change right after a round is usually that round's
+		// own doing (or a burst): wait a little so a feedback loop or a
+		// burst costs at most a few rounds a second.
+		if d := minRoundGap - r.now().Sub(lastRound); d > 0 {
+			if _, ok := r.sleep(ctx, d); !ok {
+				return nil
+			}
 		}
-		if wait < 10*time.Millisecond {
-			wait = 10 * time.Millisecond
-		}
-		t := r.deps.Clock.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-r.kube.pokes:
-		case <-r.deps.Changes:
-		case err := <-r.stageDone():
-			r.stageFinished(err)
-		case <-t.C():
-		}
-		t.Stop()
+	}
+}
+
+// minRoundGap is the shortest time between two rounds woken by events.
+const minRoundGap = 250 * time.Millisecond
+
+// sleep waits d or until an event: woke reports an event (an informer poke,
+// a file-system change, the stage finishing); ok is false once ctx ended.
+func (r *runner) sleep(ctx context.Context, d time.Duration) (woke, ok bool) {
+	t := r.deps.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-r.kube.pokes:
+		return true, true
+	case <-r.deps.Changes:
+		return true, true
+	case err := <-r.stageDone():
+		r.stageFinished(err)
+		return true, true
+	case <-t.C():
+		return false, true
 	}
 }
 

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -69,6 +70,12 @@ func TestMain(m *testing.M) {
 		}
 		defer e.Stop()
 		env = e
+		root := envtest.RepoRoot()
+		if err := envtest.Apply(context.Background(), e.Client,
+			filepath.Join(root, "packaging/rbac/agent.yaml"), filepath.Join(root, "packaging/policy/agent-policy.yaml")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		return m.Run()
 	}())
 }
@@ -76,7 +83,7 @@ func TestMain(m *testing.M) {
 // node is one simulated host: test-bootc state, a private system bus with
 // fake logind and systemd1, a notify socket, and the agent process.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	name   string
 	dir    testbootc.Dir
 	state  string
@@ -88,6 +95,7 @@ type node struct {
 	sock   string
 	k      *Coordinator
 	extra  []string
+	poll   string // --poll-interval; default 2s
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -95,14 +103,15 @@ type node struct {
 	exited chan struct{}
 }
 
-func newNode(t *testing.T, name string, extraEnv ...string) *node {
+func newNode(t testing.TB, name string, extraEnv ...string) *node {
 	t.Helper()
 	base := t.TempDir()
 	d, err := testbootc.Init(filepath.Join(base, "bootc"), testbootc.State{Booted: &testbootc.Deployment{Image: imgV1, Digest: digestOf(imgV1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := env.KubeconfigFor(base, "system:node:"+name, "system:masters")
+	// The agent runs as the node, through the packaged RBAC and policies.
+	kc, err := env.KubeconfigFor(base, "system:node:"+name, "system:nodes")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +147,8 @@ func (n *node) start() {
 		"--bootc", bootcBin,
 		"--boot-id-file", machine.State().BootIDFile,
 		"--state-dir", n.state,
-		"--watch-path", string(n.dir),
-		"--poll-interval", "2s",
+		"--watch-path", filepath.Join(string(n.dir), "state.json"),
+		"--poll-interval", cmp.Or(n.poll, "2s"),
 	)
 	if len(n.extra) == 0 {
 		cmd.Args = append(cmd.Args, "--settle-timeout", "1m")

@@ -2,6 +2,7 @@ package testbootc
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,12 +223,18 @@ func (d Dir) load() (*Machine, error) {
 	return NewMachine(s), nil
 }
 
+// save writes the state only when it changed: like bootc, a status read
+// leaves the deployment directories alone, so watchers see no change.
 func (d Dir) save(m *Machine) error {
 	data, err := json.MarshalIndent(m.State(), "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(d.Path(StateFile), append(data, '\n'))
+	data = append(data, '\n')
+	if old, err := os.ReadFile(d.Path(StateFile)); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	return writeFileAtomic(d.Path(StateFile), data)
 }
 
 func writeFileAtomic(path string, data []byte) error {
