@@ -53,9 +53,9 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 	behaviours := make([]NodeBehaviour, opts.Nodes)
 	for i := range behaviours {
 		behaviours[i] = NodeBehaviour{
-			BootTime:          time.Duration(200+r.IntN(800)) * time.Millisecond,
-			StaleAfterReboot:  time.Duration(r.IntN(5000)) * time.Millisecond,
-			StageTime:         time.Duration(100+r.IntN(1500)) * time.Millisecond,
+			BootTime:          time.Duration(200+r.IntN(600)) * time.Millisecond,
+			StaleAfterReboot:  time.Duration(r.IntN(3000)) * time.Millisecond,
+			StageTime:         time.Duration(100+r.IntN(700)) * time.Millisecond,
 			CrashBeforeReboot: r.IntN(2),
 			NeverReturn:       i == dead,
 		}
@@ -93,9 +93,9 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 			note("node %d: bootc switch fails %d time(s)", i, 1)
 		case 1:
 			b := behaviours[i]
-			b.StageTime = 8 * time.Second
+			b.StageTime = 4 * time.Second
 			n.SetBehaviour(b)
-			note("node %d: bootc switch hangs for 8s", i)
+			note("node %d: bootc switch hangs for 4s", i)
 		}
 	}
 	// A PDB that blocks draining one node for a while.
@@ -119,10 +119,10 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 	var plan []event
 	// Image changes fire in tag order, at least 1s apart, so the last tag
 	// is the final target.
-	at := time.Duration(1000+r.IntN(4000)) * time.Millisecond
+	at := time.Duration(500+r.IntN(2000)) * time.Millisecond
 	for i := 1; i < len(tags); i++ {
 		tag := tags[i]
-		at += time.Duration(1000+r.IntN(4000)) * time.Millisecond
+		at += time.Duration(1000+r.IntN(2000)) * time.Millisecond
 		plan = append(plan, event{at, func() {
 			note("image changed to %s", tag)
 			_ = p.SetImage(tag)
@@ -130,7 +130,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 	}
 	for k := r.IntN(4); k > 0; k-- {
 		i := r.IntN(opts.Nodes)
-		plan = append(plan, event{time.Duration(r.IntN(15000)) * time.Millisecond, func() {
+		plan = append(plan, event{time.Duration(r.IntN(8000)) * time.Millisecond, func() {
 			note("node %d's agent crashes and restarts", i)
 			n := p.Nodes[i]
 			n.CrashAgent()
@@ -141,7 +141,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 		}})
 	}
 	if withCoordinatorFaults && r.IntN(2) == 0 {
-		plan = append(plan, event{time.Duration(2000+r.IntN(10000)) * time.Millisecond, func() {
+		plan = append(plan, event{time.Duration(1000+r.IntN(7000)) * time.Millisecond, func() {
 			note("coordinator crashes; restarted 1s later")
 			f.StopCoordinator()
 			time.Sleep(time.Second)
@@ -149,13 +149,13 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 		}})
 	}
 	if r.IntN(2) == 0 {
-		plan = append(plan, event{time.Duration(r.IntN(8000)) * time.Millisecond, func() {
-			note("lease update conflicts for 5s (a third writer touches the slot Leases)")
-			f.touchLeases(ctx, p.Name, 5*time.Second)
+		plan = append(plan, event{time.Duration(r.IntN(6000)) * time.Millisecond, func() {
+			note("lease update conflicts for 3s (a third writer touches the slot Leases)")
+			f.touchLeases(ctx, p.Name, 3*time.Second)
 		}})
 	}
 	if blocked >= 0 {
-		plan = append(plan, event{time.Duration(6000+r.IntN(6000)) * time.Millisecond, func() {
+		plan = append(plan, event{time.Duration(4000+r.IntN(4000)) * time.Millisecond, func() {
 			note("the blocking PDB is removed")
 			f.unblockDrain(ctx, p, p.Nodes[blocked].Name)
 		}})
@@ -184,7 +184,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 		ok, _ := p.Converged(target)
 		return ok
 	}
-	maxFault := 15 * time.Second
+	maxFault := 9 * time.Second
 	if !waitFor(ctx, maxFault+150*time.Second, func() bool { return time.Since(start) > maxFault && settled() }) {
 		_, waiting := p.Converged(target)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not settle on %s (%s) within the bound; waiting for %s; pool %+v", last, target, waiting, p.Status()))
@@ -208,7 +208,6 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 	res.Duration = time.Since(start)
 	return res, faults
 }
-
 
 // blockDrain puts a Running pod on node, covered by a PDB that allows no
 // disruption (the disruption controller does not run here, so its status

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bootc-fleet/bootc-fleet/agent/agent"
@@ -260,12 +261,16 @@ func (p *Pool) Create(tag string, opts PoolOptions) {
 
 // SetImage points the pool at repo:tag (a mid-rollout image change).
 func (p *Pool) SetImage(tag string) error {
-	bnp := &fleetv1.BootcNodePool{}
-	if err := p.f.Env.Client.Get(p.f.ctx, client.ObjectKey{Name: p.Name}, bnp); err != nil {
-		return err
-	}
-	bnp.Spec.Image = p.Repo + ":" + tag
-	return p.f.Env.Client.Update(p.f.ctx, bnp)
+	// The coordinator writes the pool's status meanwhile: retry conflicts,
+	// as kubectl edit would have the operator do.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		bnp := &fleetv1.BootcNodePool{}
+		if err := p.f.Env.Client.Get(p.f.ctx, client.ObjectKey{Name: p.Name}, bnp); err != nil {
+			return err
+		}
+		bnp.Spec.Image = p.Repo + ":" + tag
+		return p.f.Env.Client.Update(p.f.ctx, bnp)
+	})
 }
 
 // StartCoordinator runs the coordinator in-process with its own identity.

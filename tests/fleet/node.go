@@ -55,7 +55,7 @@ type SimNode struct {
 	done        chan struct{}
 	down        bool
 	dead        bool
-	lastContent string       // boot the last status read described
+	lastContent string     // boot the last status read described
 	lastTrace   agent.Step // the last grant the agent confirmed
 	rebooting   bool
 	staging     bool

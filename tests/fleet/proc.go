@@ -133,9 +133,10 @@ type ProcFleet struct {
 	reboots  sync.WaitGroup // reboots being played
 	once     sync.Once
 
-	mu     sync.Mutex
-	images map[string]string // tag -> repo@sha256
-	pool   invariant.Pool
+	mu      sync.Mutex
+	closing bool
+	images  map[string]string // tag -> repo@sha256
+	pool    invariant.Pool
 }
 
 // StartProcFleet starts the registry (with the initial image), RBAC and
@@ -440,7 +441,10 @@ func (f *ProcFleet) Reboots() map[string]int {
 // coordinator, buses, sockets and the registry. It is safe to call twice.
 func (f *ProcFleet) Close() {
 	f.once.Do(func() {
-		f.cancel() // no reboot starts an agent from now on
+		f.mu.Lock()
+		f.closing = true // no new reboot is played
+		f.mu.Unlock()
+		f.cancel() // a reboot being played starts no agent
 		f.reboots.Wait()
 		f.StopCoordinator()
 		var wg sync.WaitGroup
@@ -453,6 +457,17 @@ func (f *ProcFleet) Close() {
 			f.registry.Close()
 		}
 	})
+}
+
+// beginReboot registers a reboot to play, unless the fleet is closing.
+func (f *ProcFleet) beginReboot() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closing {
+		return false
+	}
+	f.reboots.Add(1)
+	return true
 }
 
 // RebootTiming is one reboot as the harness played it.
@@ -793,13 +808,12 @@ func (n *ProcNode) onReboot() {
 	}
 	n.f.Log.Add(e)
 	n.mu.Lock()
-	if n.down || n.f.ctx.Err() != nil {
+	if n.down || !n.f.beginReboot() {
 		n.mu.Unlock()
 		return
 	}
 	n.down = true
 	n.timings = append(n.timings, RebootTiming{From: n.bootID, Requested: now})
-	n.f.reboots.Add(1)
 	n.mu.Unlock()
 	go func() {
 		defer n.f.reboots.Done()

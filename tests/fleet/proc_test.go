@@ -82,7 +82,9 @@ func TestProcFleetHappyPath(t *testing.T) {
 	if err := f.CreatePool(ctx, "v2", 2, 2); err != nil {
 		t.Fatal(err)
 	}
+	created := time.Now()
 	waitConverged(t, f, v2, 3*time.Minute)
+	t.Logf("6 nodes converged on v2 %s after the pool was created", time.Since(created).Round(100*time.Millisecond))
 
 	for _, v := range f.Check(ctx, v2) {
 		t.Errorf("%s", v)
