@@ -27,6 +27,11 @@ generate: ## Regenerate deepcopy code and CRD YAML from api/.
 	$(GO) tool controller-gen object paths=./api/...
 	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)
 
+##@ Demo
+.PHONY: demo
+demo: ## Roll v1 -> v2 -> v3 live over 8 nodes running the real agent, real coordinator, local API server; check I1-I5.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) run ./tests/demo $(DEMO_FLAGS)
+
 ##@ Check
 .PHONY: verify
 verify: ## gofmt, go vet, and generated files up to date.
@@ -46,6 +51,16 @@ envtest: ## Build (once) the kube-apiserver and etcd the tests run against.
 .PHONY: test
 test: ## Run every test, including those against a real kube-apiserver + etcd.
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 $(GO) test $(GOTEST_FLAGS) -count=1 -timeout 25m ./...
+
+.PHONY: chaos
+chaos: ## Randomized fault campaign over SEEDS seeds (default 100), BATCH pools at a time.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 180m ./tests/fleet \
+	  -run '^TestChaos$$' -v -seeds $${SEEDS:-100} -batch $${BATCH:-20} 2>&1 | grep -E '^(chaos|--- |FAIL|ok|PASS)|violated|problem:|replay:|^ +\+'
+
+.PHONY: bench
+bench: ## Benchmarks: parsers, decision, planner, resolver, agent idle cost, fleet scale.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) test -count=1 -run '^$$' -bench . -benchmem -timeout 30m \
+	  ./api/... ./agent/... ./coordinator/... ./tests/fleet/...
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
