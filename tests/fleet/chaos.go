@@ -185,7 +185,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 		return ok
 	}
 	maxFault := 9 * time.Second
-	if !waitFor(ctx, maxFault+150*time.Second, func() bool { return time.Since(start) > maxFault && settled() }) {
+	if !waitFor(ctx, maxFault+240*time.Second, func() bool { return time.Since(start) > maxFault && settled() }) {
 		_, waiting := p.Converged(target)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not settle on %s (%s) within the bound; waiting for %s; pool %+v", last, target, waiting, p.Status()))
 	}
