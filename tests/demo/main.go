@@ -1,0 +1,354 @@
+// Command demo is `make demo`: on a machine with no cluster it starts a
+// local control plane (kube-apiserver + etcd), the real
+// bootc-fleet-coordinator and simulated nodes each running the real
+// bootc-fleet-agent binary, rolls an image out across them, changes the
+// image mid-rollout, and shows the rollout live. At the end it checks the
+// invariants I1-I5 of docs/design.md over everything that happened.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
+	"github.com/bootc-fleet/bootc-fleet/tests/fleet"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1 // invariants broken, or no convergence in time
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+type config struct {
+	nodes          int
+	maxUnavailable int
+	maxStaging     int
+	timeout        time.Duration
+	dir            string
+	plain          bool
+	hold           bool
+	bootTime       time.Duration
+	stageTime      time.Duration
+	stale          time.Duration
+	every          time.Duration // plain snapshots
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	c := config{}
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.nodes, "nodes", 8, "simulated nodes, each running the real agent binary")
+	fs.IntVar(&c.maxUnavailable, "max-unavailable", 2, "the pool's rollout.maxUnavailable")
+	fs.IntVar(&c.maxStaging, "max-staging", 3, "the pool's rollout.maxStaging")
+	fs.DurationVar(&c.timeout, "timeout", 3*time.Minute, "fail when the rollout has not converged this long after the pool was created")
+	fs.StringVar(&c.dir, "dir", filepath.Join(envtest.RepoRoot(), "bin", "demo"), "where the kubeconfig, binaries, node state and logs go")
+	fs.BoolVar(&c.plain, "plain", false, "print periodic snapshots instead of redrawing a table (default when stdout is not a terminal)")
+	fs.BoolVar(&c.hold, "hold", false, "after the summary, keep the cluster running until Ctrl-C (for kubectl)")
+	fs.DurationVar(&c.bootTime, "boot-time", 500*time.Millisecond, "how long a simulated reboot keeps a node down")
+	fs.DurationVar(&c.stageTime, "stage-time", 1500*time.Millisecond, "how long staging (bootc switch --download-only) takes")
+	fs.DurationVar(&c.stale, "stale", time.Second, "how long bootc status still shows the previous boot after a reboot")
+	fs.DurationVar(&c.every, "snapshot-every", 5*time.Second, "interval of plain snapshots")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.nodes < 2 || c.nodes > 50 {
+		return c, fmt.Errorf("-nodes %d: want 2..50", c.nodes)
+	}
+	if c.maxUnavailable < 1 || c.maxStaging < 1 {
+		return c, errors.New("-max-unavailable and -max-staging must be at least 1")
+	}
+	return c, nil
+}
+
+// run is the whole demo; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "demo:", err)
+		return exitUsage
+	}
+	// Library logs would tear the live table; the programs' own logs go
+	// to files under -dir.
+	ctrllog.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
+	scr := newScreen(stdout, !cfg.plain && isTerminal(stdout))
+	d := &demo{cfg: cfg, scr: scr, start: time.Now()}
+	code := d.run(ctx)
+	if ctx.Err() != nil && code != exitOK {
+		scr.logf("interrupted; everything started was stopped")
+		return exitInterrupted
+	}
+	return code
+}
+
+type demo struct {
+	cfg   config
+	scr   *screen
+	start time.Time
+}
+
+func (d *demo) run(ctx context.Context) int {
+	cfg := d.cfg
+	if ok, why := envtest.Available(); !ok {
+		d.scr.logf("cannot start the local control plane: %s", why)
+		return exitFailed
+	}
+	dir, err := filepath.Abs(cfg.dir)
+	if err != nil {
+		d.scr.logf("%v", err)
+		return exitFailed
+	}
+	runDir := filepath.Join(dir, "run")
+	if err := os.RemoveAll(runDir); err != nil {
+		d.scr.logf("clearing %s: %v", runDir, err)
+		return exitFailed
+	}
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		d.scr.logf("%v", err)
+		return exitFailed
+	}
+
+	d.scr.logf("bootc-fleet demo: %d nodes, maxUnavailable %d, maxStaging %d", cfg.nodes, cfg.maxUnavailable, cfg.maxStaging)
+	// The build and the control plane start side by side.
+	d.step("building bootc-fleet-agent, bootc-fleet-coordinator and test-bootc into %s", filepath.Join(dir, "bin"))
+	type built struct {
+		bins fleet.ProcBinaries
+		err  error
+	}
+	buildDone := make(chan built, 1)
+	go func() {
+		b, err := fleet.BuildProcBinaries(ctx, filepath.Join(dir, "bin"))
+		buildDone <- built{b, err}
+	}()
+	d.step("starting the local control plane: kube-apiserver and etcd (KUBEBUILDER_ASSETS=%s)", os.Getenv("KUBEBUILDER_ASSETS"))
+	env, envErr := envtest.StartShared()
+	if envErr == nil {
+		defer env.Stop()
+	}
+	b := <-buildDone
+	if err := errors.Join(envErr, b.err); err != nil {
+		d.scr.logf("%v", err)
+		return exitFailed
+	}
+	bins := b.bins
+	d.step("binaries built")
+	kubeconfig, err := writeAdminKubeconfig(env, dir)
+	if err != nil {
+		d.scr.logf("writing the admin kubeconfig: %v", err)
+		return exitFailed
+	}
+	kubectl := "kubectl"
+	if a := os.Getenv("KUBEBUILDER_ASSETS"); a != "" {
+		if _, err := os.Stat(filepath.Join(a, "kubectl")); err == nil {
+			kubectl = filepath.Join(a, "kubectl")
+		}
+	}
+	d.step("API server up. While the demo runs, in another terminal:")
+	d.scr.logf("    export KUBECONFIG=%s; %s get bnp,bn,nodes", kubeconfig, kubectl)
+	if ctx.Err() != nil {
+		return exitInterrupted
+	}
+
+	d.step("starting %d nodes (agent process, private dbus-daemon with fake logind, notify socket, test bootc each) and the coordinator process", cfg.nodes)
+	f, err := fleet.StartProcFleet(ctx, fleet.ProcOptions{
+		Env: env, Bin: bins, Dir: runDir, Nodes: cfg.nodes, Pool: "demo",
+		BootTime: cfg.bootTime, StaleAfterReboot: cfg.stale, StageTime: cfg.stageTime,
+	})
+	if err != nil {
+		d.scr.logf("%v", err)
+		return exitFailed
+	}
+	defer f.Close()
+	d.scr.logf("    logs: %s/coordinator.log, %s/<node>/agent.log", runDir, runDir)
+	return d.rollout(ctx, f)
+}
+
+// step logs a line with the elapsed time.
+func (d *demo) step(format string, args ...any) {
+	d.scr.logf("[%6.1fs] %s", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// writeAdminKubeconfig writes a cluster-admin kubeconfig at dir/kubeconfig.
+func writeAdminKubeconfig(env *envtest.Env, dir string) (string, error) {
+	p, err := env.AdminKubeconfig(dir)
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "kubeconfig")
+	if err := os.Rename(p, dst); err != nil {
+		return "", err
+	}
+	return dst, nil
+}
+
+// rollout creates the pool on v2, switches it to v3 once about half the
+// nodes run v2, waits for convergence, checks the invariants and prints
+// the summary.
+func (d *demo) rollout(ctx context.Context, f *fleet.ProcFleet) int {
+	cfg := d.cfg
+	v2, err := f.Push("v2")
+	if err != nil {
+		d.scr.logf("%v", err)
+		return exitFailed
+	}
+	d.step("pushed %s and %s to the in-process registry %s", f.TagRef("v1"), f.TagRef("v2"), f.Registry)
+	d.step("creating BootcNodePool %q: image %s, maxUnavailable %d, maxStaging %d", f.Pool, f.TagRef("v2"), cfg.maxUnavailable, cfg.maxStaging)
+	if err := f.CreatePool(ctx, "v2", cfg.maxUnavailable, cfg.maxStaging); err != nil {
+		d.scr.logf("creating the pool: %v", err)
+		return exitFailed
+	}
+	created := time.Now()
+	var (
+		target    = v2
+		changedAt time.Duration
+		doneAt    time.Duration
+		converged bool
+		lastPlain time.Time
+	)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for !converged {
+		select {
+		case <-ctx.Done():
+			d.scr.clearTable()
+			return exitInterrupted
+		case <-tick.C:
+		}
+		snap := collect(ctx, f, d.start)
+		if d.scr.tty {
+			d.scr.table(render(snap))
+		} else if time.Since(lastPlain) >= cfg.every {
+			lastPlain = time.Now()
+			d.scr.snapshot(render(snap))
+		}
+		if changedAt == 0 && snap.poolTarget == v2 && int(snap.pool.Updated)*2 >= cfg.nodes {
+			v3, err := f.Push("v3")
+			if err != nil {
+				d.scr.logf("%v", err)
+				return exitFailed
+			}
+			d.step("%d/%d nodes run v2: pushed %s and changed the pool image to it, mid-rollout", snap.pool.Updated, cfg.nodes, f.TagRef("v3"))
+			if err := f.SetPoolImage(ctx, "v3"); err != nil {
+				d.scr.logf("changing the pool image: %v", err)
+				return exitFailed
+			}
+			target, changedAt = v3, time.Since(d.start)
+		}
+		if changedAt > 0 {
+			converged, _ = f.Converged(ctx, target)
+		}
+		if !converged && time.Since(created) > cfg.timeout {
+			_, pending := f.Converged(ctx, target)
+			d.scr.snapshot(render(collect(ctx, f, d.start)))
+			d.step("not converged within %s: %s", cfg.timeout, pending)
+			d.summary(ctx, f, target, changedAt, 0)
+			return exitFailed
+		}
+	}
+	doneAt = time.Since(d.start)
+	d.scr.snapshot(render(collect(ctx, f, d.start)))
+	d.step("converged: every node booted %s, Ready, uncordoned, every slot free", labelOf(f.Images(), target))
+	ok := d.summary(ctx, f, target, changedAt, doneAt)
+	if cfg.hold && ctx.Err() == nil {
+		d.scr.logf("holding the cluster for kubectl; Ctrl-C to stop")
+		<-ctx.Done()
+	}
+	if !ok {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// summary checks the invariants and prints what happened; it reports
+// whether they held.
+func (d *demo) summary(ctx context.Context, f *fleet.ProcFleet, target string, changedAt, doneAt time.Duration) bool {
+	violations := f.Check(ctx, target)
+	invErr := f.CheckInvocations()
+	s := summarize(f.Log.Events())
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nSummary\n")
+	if doneAt > 0 {
+		fmt.Fprintf(&b, "  rollout: v1 -> v2, image changed to v3 at %.1fs, converged on %s at %.1fs\n",
+			changedAt.Seconds(), labelOf(f.Images(), target), doneAt.Seconds())
+	} else {
+		fmt.Fprintf(&b, "  rollout: did NOT converge on %s\n", labelOf(f.Images(), target))
+	}
+	fmt.Fprintf(&b, "  %-10s %8s %14s %13s  %s\n", "NODE", "REBOOTS", "REBOOT GRANTS", "STAGE GRANTS", "BOOTED")
+	final := f.Final(ctx, target)
+	for _, n := range f.Nodes {
+		fmt.Fprintf(&b, "  %-10s %8d %14d %13d  %s\n", n.Name, s.reboots[n.Name], s.rebootGrants[n.Name], s.stageGrants[n.Name],
+			labelOf(f.Images(), final.Nodes[n.Name].Booted))
+	}
+	fmt.Fprintf(&b, "  grants issued: %d stage, %d reboot\n", s.totalStage, s.totalReboot)
+	fmt.Fprintf(&b, "  max concurrent disruption: %d nodes cordoned at once (maxUnavailable %d); max staging at once: %d (maxStaging %d)\n",
+		s.maxCordoned, f.Budget().MaxUnavailable, s.maxStaging, f.Budget().MaxStaging)
+	if bt := bootTimes(f); bt != "" {
+		fmt.Fprintf(&b, "  %s\n", bt)
+	}
+	held := len(violations) == 0 && invErr == nil
+	if held {
+		fmt.Fprintf(&b, "  invariants I1-I5: held (%d events checked)\n", len(f.Log.Events()))
+	} else {
+		fmt.Fprintf(&b, "  invariants I1-I5: %d VIOLATED\n", len(violations))
+		for _, v := range violations {
+			fmt.Fprintf(&b, "  %s\n", strings.ReplaceAll(v.String(), "\n", "\n  "))
+		}
+		if invErr != nil {
+			fmt.Fprintf(&b, "  event log disagrees with the test bootc: %v\n", invErr)
+		}
+	}
+	fmt.Fprintf(&b, "  wall time: %s", time.Since(d.start).Round(100*time.Millisecond))
+	d.scr.logf("%s", b.String())
+	return held && doneAt > 0
+}
+
+// bootTimes describes how long nodes were away in their reboots.
+func bootTimes(f *fleet.ProcFleet) string {
+	var sum, worst time.Duration
+	n := 0
+	for _, node := range f.Nodes {
+		for _, r := range node.RebootTimings() {
+			if r.AgentReady.IsZero() {
+				continue
+			}
+			d := r.AgentReady.Sub(r.Requested)
+			sum += d
+			worst = max(worst, d)
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("reboot requested -> agent READY=1 in the new boot: avg %s, max %s over %d reboots",
+		(sum / time.Duration(n)).Round(10*time.Millisecond), worst.Round(10*time.Millisecond), n)
+}
