@@ -115,32 +115,40 @@ func TestChaos(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	var failed []string
-	// Seeds with coordinator crashes run alone with their own coordinator;
-	// the others share one, a batch at a time.
+	// Seeds share one coordinator, -batch of them at a time; seeds that
+	// crash the coordinator run in TestChaosCoordinatorCrash.
 	f := Start(t, Options{})
-	for i := 0; i < len(all); i += *batchFlag {
-		batch := all[i:min(i+*batchFlag, len(all))]
-		type out struct {
-			r      Result
-			faults []Fault
-		}
-		results := make([]out, len(batch))
-		var wg sync.WaitGroup
-		for j, seed := range batch {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+	// A pool of workers: a new seed starts as soon as one finishes.
+	work := make(chan int64)
+	type out struct {
+		r      Result
+		faults []Fault
+	}
+	results := make(chan out)
+	var wg sync.WaitGroup
+	for w := 0; w < *batchFlag; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seed := range work {
 				r, faults := Chaos(ctx, f, seed, false)
-				results[j] = out{r, faults}
-			}()
-		}
-		wg.Wait()
-		for _, o := range results {
-			fmt.Printf("chaos seed %d: %d violations, %d problems (%s)\n", o.r.Seed, len(o.r.Violations), len(o.r.Problems), o.r.Duration.Round(time.Millisecond))
-			if o.r.Failed() {
-				t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaos -seeds %d -v", o.r, FaultString(o.faults), o.r.Seed)
-				failed = append(failed, fmt.Sprint(o.r.Seed))
+				results <- out{r, faults}
 			}
+		}()
+	}
+	go func() {
+		for _, seed := range all {
+			work <- seed
+		}
+		close(work)
+		wg.Wait()
+		close(results)
+	}()
+	for o := range results {
+		fmt.Printf("chaos seed %d: %d violations, %d problems (%s)\n", o.r.Seed, len(o.r.Violations), len(o.r.Problems), o.r.Duration.Round(time.Millisecond))
+		if o.r.Failed() {
+			t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaos -seeds %d -v", o.r, FaultString(o.faults), o.r.Seed)
+			failed = append(failed, fmt.Sprint(o.r.Seed))
 		}
 	}
 	t.Logf("chaos: %d seeds, %d failed %v, in %s", len(all), len(failed), failed, time.Since(start).Round(time.Second))
