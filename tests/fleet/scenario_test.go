@@ -16,7 +16,7 @@ import (
 
 var (
 	seedsFlag = flag.String("seeds", "", "seeds to run: a count N (seeds 1..N) or a list 3,17,42 (default: $SEEDS or 50)")
-	batchFlag = flag.Int("batch", 10, "pools run at once in one cluster")
+	batchFlag = flag.Int("batch", 10, "pools in flight at once in one cluster")
 )
 
 // seeds returns the seeds of this run: -seeds, else $SEEDS, else 1..def.
@@ -58,25 +58,12 @@ func TestImageChangeMidRollout(t *testing.T) {
 	defer cancel()
 	var failed []string
 	start := time.Now()
-	for i := 0; i < len(all); i += *batchFlag {
-		batch := all[i:min(i+*batchFlag, len(all))]
-		results := make([]Result, len(batch))
-		var wg sync.WaitGroup
-		for j, seed := range batch {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				results[j] = ImageChangeMidRollout(ctx, f, seed)
-			}()
-		}
-		wg.Wait()
-		for _, r := range results {
-			if r.Failed() {
-				t.Errorf("%s\nreplay: go test ./tests/fleet -run TestImageChangeMidRollout -seeds %d", r, r.Seed)
-				failed = append(failed, fmt.Sprint(r.Seed))
-			} else {
-				t.Logf("seed %d: ok in %s, reboots %v", r.Seed, r.Duration.Round(time.Millisecond), r.Reboots)
-			}
+	for r := range runSeeds(all, *batchFlag, func(seed int64) (Result, []Fault) { return ImageChangeMidRollout(ctx, f, seed), nil }) {
+		if r.Failed() {
+			t.Errorf("%s\nreplay: go test ./tests/fleet -run TestImageChangeMidRollout -seeds %d", r, r.Seed)
+			failed = append(failed, fmt.Sprint(r.Seed))
+		} else {
+			t.Logf("seed %d: ok in %s, reboots %v", r.Seed, r.Duration.Round(time.Millisecond), r.Reboots)
 		}
 	}
 	t.Logf("%d seeds, %d failed %v, in %s", len(all), len(failed), failed, time.Since(start).Round(time.Second))
@@ -118,37 +105,23 @@ func TestChaos(t *testing.T) {
 	// Seeds share one coordinator, -batch of them at a time; seeds that
 	// crash the coordinator run in TestChaosCoordinatorCrash.
 	f := Start(t, Options{})
-	// A pool of workers: a new seed starts as soon as one finishes.
-	work := make(chan int64)
-	type out struct {
-		r      Result
-		faults []Fault
-	}
-	results := make(chan out)
-	var wg sync.WaitGroup
-	for w := 0; w < *batchFlag; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for seed := range work {
-				r, faults := Chaos(ctx, f, seed, false)
-				results <- out{r, faults}
-			}
-		}()
-	}
-	go func() {
-		for _, seed := range all {
-			work <- seed
-		}
-		close(work)
-		wg.Wait()
-		close(results)
-	}()
-	for o := range results {
-		fmt.Printf("chaos seed %d: %d violations, %d problems (%s)\n", o.r.Seed, len(o.r.Violations), len(o.r.Problems), o.r.Duration.Round(time.Millisecond))
-		if o.r.Failed() {
-			t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaos -seeds %d -v", o.r, FaultString(o.faults), o.r.Seed)
-			failed = append(failed, fmt.Sprint(o.r.Seed))
+	faultsOf := map[int64][]Fault{}
+	var mu sync.Mutex
+	results := runSeeds(all, *batchFlag, func(seed int64) (Result, []Fault) {
+		r, faults := Chaos(ctx, f, seed, false)
+		mu.Lock()
+		faultsOf[seed] = faults
+		mu.Unlock()
+		return r, faults
+	})
+	for r := range results {
+		fmt.Printf("chaos seed %d: %d violations, %d problems (%s)\n", r.Seed, len(r.Violations), len(r.Problems), r.Duration.Round(time.Millisecond))
+		if r.Failed() {
+			mu.Lock()
+			faults := faultsOf[r.Seed]
+			mu.Unlock()
+			t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaos -seeds %d -v", r, FaultString(faults), r.Seed)
+			failed = append(failed, fmt.Sprint(r.Seed))
 		}
 	}
 	t.Logf("chaos: %d seeds, %d failed %v, in %s", len(all), len(failed), failed, time.Since(start).Round(time.Second))
@@ -164,4 +137,31 @@ func TestChaosCoordinatorCrash(t *testing.T) {
 		t.Fatalf("%s\n  faults:%s", r, FaultString(faults))
 	}
 	t.Logf("%s faults:%s", r, FaultString(faults))
+}
+
+// runSeeds runs fn for every seed with a pool of workers (a new seed starts
+// as soon as one finishes) and delivers the results as they come.
+func runSeeds(all []int64, workers int, fn func(seed int64) (Result, []Fault)) <-chan Result {
+	work := make(chan int64)
+	results := make(chan Result)
+	var wg sync.WaitGroup
+	for w := 0; w < max(workers, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seed := range work {
+				r, _ := fn(seed)
+				results <- r
+			}
+		}()
+	}
+	go func() {
+		for _, seed := range all {
+			work <- seed
+		}
+		close(work)
+		wg.Wait()
+		close(results)
+	}()
+	return results
 }
