@@ -28,13 +28,14 @@ type Fault struct {
 // a reboot, coordinator crashes and restarts, bootc stage failures and
 // hangs, stale status after reboots, a node that never comes back, a PDB
 // that blocks a drain for a while, lease update conflicts, and 1-3 image
-// changes at random moments. It checks I1-I5 over the whole run.
+// changes at random moments; with withClusterFaults also coordinator
+// crashes and API server outages (they hit every pool of the fleet). It
+// checks I1-I5 over the whole run.
 //
 // The seed decides the fleet, the faults and their timing; goroutine
 // scheduling is not replayed, so a replay reproduces the same plan, not the
-// same interleaving. withCoordinatorFaults must be false when pools share a
-// coordinator with other concurrent runs that did not ask for it.
-func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool) (Result, []Fault) {
+// same interleaving.
+func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (Result, []Fault) {
 	start := time.Now()
 	r := rand.New(rand.NewPCG(uint64(seed), 0xc4a05))
 	name := fmt.Sprintf("c%04d", seed)
@@ -140,12 +141,18 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withCoordinatorFaults bool
 			}
 		}})
 	}
-	if withCoordinatorFaults && r.IntN(2) == 0 {
+	if withClusterFaults && r.IntN(2) == 0 {
 		plan = append(plan, event{time.Duration(1000+r.IntN(7000)) * time.Millisecond, func() {
 			note("coordinator crashes; restarted 1s later")
 			f.StopCoordinator()
 			time.Sleep(time.Second)
 			f.StartCoordinator()
+		}})
+	}
+	if withClusterFaults && r.IntN(2) == 0 {
+		plan = append(plan, event{time.Duration(1000+r.IntN(7000)) * time.Millisecond, func() {
+			note("API server unreachable for 4s (every connection cut)")
+			f.API.Cut(4 * time.Second)
 		}})
 	}
 	if r.IntN(2) == 0 {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/bootc-fleet/bootc-fleet/agent/agent"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
@@ -43,6 +44,9 @@ type Fleet struct {
 	Kube     kubernetes.Interface
 	Log      *Log
 	Registry string // host:port of the in-process OCI registry
+	// API is the path every agent and the coordinator take to the API
+	// server; API.Cut plays an outage. The harness itself connects directly.
+	API *Outage
 
 	mu    sync.Mutex
 	pools map[string]*Pool
@@ -108,12 +112,23 @@ func Start(tb testing.TB, opts Options) *Fleet {
 	if opts.Verbose {
 		f.logger = slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
+	// controller-runtime's global logger (used by its client-go plumbing).
+	setGlobalLogger.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(f.logger.Handler())) })
 
 	// Registry over real HTTP on loopback.
 	srv := httptest.NewServer(registry.New(registry.Logger(nopLogger())))
 	tb.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
 	f.Registry = u.Host
+
+	u2, err := url.Parse(env.Config.Host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if f.API, err = NewOutage(u2.Host); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(f.API.Close)
 
 	root := envtest.RepoRoot()
 	for _, p := range []string{"packaging/rbac/agent.yaml", "packaging/rbac/coordinator.yaml", "packaging/policy/agent-policy.yaml"} {
@@ -125,6 +140,7 @@ func Start(tb testing.TB, opts Options) *Fleet {
 		"system:serviceaccounts", "system:serviceaccounts:bootc-fleet-system"); err != nil {
 		tb.Fatal(err)
 	}
+	f.coordCfg.Host = "https://" + f.API.Addr()
 	f.coordOpts = controller.Options{
 		ResolveInterval:    time.Second,
 		LeaseDuration:      15 * time.Second,
@@ -181,6 +197,7 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 50, 100
+	cfg.Host = "https://" + f.API.Addr()
 	stateDir := filepath.Join(f.dir, nodeName)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, err
@@ -449,6 +466,8 @@ func (f *Fleet) Ready() map[string]bool {
 	}
 	return out
 }
+
+var setGlobalLogger sync.Once
 
 type testWriter struct{ tb testing.TB }
 

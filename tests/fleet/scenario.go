@@ -237,3 +237,42 @@ func CoordinatorRestart(ctx context.Context, f *Fleet, seed int64) Result {
 	res.Duration = time.Since(start)
 	return res
 }
+
+// APIServerOutage cuts every agent's and the coordinator's connection to
+// the API server twice during a rollout (5s each, new connections refused)
+// and checks the rollout converges with one reboot per node and I1-I5.
+func APIServerOutage(ctx context.Context, f *Fleet, seed int64) Result {
+	start := time.Now()
+	name := fmt.Sprintf("outage%04d", seed)
+	opts := PoolOptions{Nodes: 5, MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1, RebootTimeout: time.Minute}
+	opts.Behaviour = func(int) NodeBehaviour {
+		return NodeBehaviour{BootTime: 400 * time.Millisecond, StageTime: 500 * time.Millisecond, StaleAfterReboot: 700 * time.Millisecond}
+	}
+	res := Result{Seed: seed, Pool: name}
+	p := f.AddPool(name, opts)
+	v2 := p.Push("v2")
+	p.Create("v2", opts)
+	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 1 }) {
+		res.Problems = append(res.Problems, "rollout did not start")
+	}
+	f.API.Cut(5 * time.Second)
+	time.Sleep(7 * time.Second)
+	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 3 }) {
+		res.Problems = append(res.Problems, "rollout did not resume after the first outage")
+	}
+	f.API.Cut(5 * time.Second)
+	if !waitFor(ctx, 120*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+		_, waiting := p.Converged(v2)
+		res.Problems = append(res.Problems, "did not converge after the outages; waiting for "+waiting)
+	}
+	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	res.Violations = p.Check(v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1})
+	res.Reboots = p.Reboots()
+	for _, n := range p.NodeNames() {
+		if res.Reboots[n] != 1 {
+			res.Problems = append(res.Problems, fmt.Sprintf("node %s rebooted %d times, want 1", n, res.Reboots[n]))
+		}
+	}
+	res.Duration = time.Since(start)
+	return res
+}

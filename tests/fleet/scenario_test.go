@@ -127,16 +127,30 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: %d seeds, %d failed %v, in %s", len(all), len(failed), failed, time.Since(start).Round(time.Second))
 }
 
-// TestChaosCoordinatorCrash runs chaos seeds that also crash and restart
-// the coordinator, each with a fleet of its own.
-func TestChaosCoordinatorCrash(t *testing.T) {
+// TestChaosClusterFaults runs chaos seeds that may also crash the
+// coordinator and cut the API server, each seed with a fleet of its own.
+func TestChaosClusterFaults(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	for _, seed := range []int64{1001, 1002} {
+		f := Start(t, Options{})
+		r, faults := Chaos(context.Background(), f, seed, true)
+		if r.Failed() {
+			t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaosClusterFaults -v", r, FaultString(faults))
+		} else {
+			t.Logf("%s faults:%s", r, FaultString(faults))
+		}
+		f.Stop()
+	}
+}
+
+func TestAPIServerOutageMidRollout(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
 	f := Start(t, Options{})
-	r, faults := Chaos(context.Background(), f, 1001, true)
-	if r.Failed() {
-		t.Fatalf("%s\n  faults:%s", r, FaultString(faults))
+	if r := APIServerOutage(context.Background(), f, 1); r.Failed() {
+		t.Fatal(r)
+	} else {
+		t.Logf("%s; reboots %v", r, r.Reboots)
 	}
-	t.Logf("%s faults:%s", r, FaultString(faults))
 }
 
 // runSeeds runs fn for every seed with a pool of workers (a new seed starts
