@@ -213,6 +213,9 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 	res.Violations = invariant.Check(p.Events(), map[string]invariant.Pool{name: budget}, fin)
 	res.Reboots = p.Reboots()
 	res.Duration = time.Since(start)
+	if !res.Failed() {
+		p.Remove() // a failed pool stays for a post-mortem
+	}
 	return res, faults
 }
 

@@ -109,6 +109,15 @@ func Start(tb testing.TB, opts Options) *Fleet {
 		tb.Fatal(err)
 	}
 	f.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if path := os.Getenv("BOOTC_FLEET_SIM_LOG"); path != "" {
+		// Every agent's and the coordinator's log, for a post-mortem.
+		lf, err := os.Create(path)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { lf.Close() })
+		f.logger = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if opts.Verbose {
 		f.logger = slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
@@ -393,6 +402,28 @@ func (p *Pool) Final(target string) invariant.Final {
 		fin.Nodes[n.Name] = fn
 	}
 	return fin
+}
+
+// Remove stops the pool's agents and deletes its pool, Nodes, BootcNodes
+// and slot Leases, so a long campaign does not pile up finished pools for
+// the coordinator to keep reconciling.
+func (p *Pool) Remove() {
+	f := p.f
+	for _, n := range p.Nodes {
+		n.retire()
+		n.StopAgent()
+	}
+	ctx := f.ctx
+	_ = f.Env.Client.Delete(ctx, &fleetv1.BootcNodePool{ObjectMeta: metav1.ObjectMeta{Name: p.Name}})
+	for _, n := range p.Nodes {
+		_ = f.Kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+		_ = f.Env.Client.Delete(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: n.Name}})
+	}
+	_ = f.Kube.CoordinationV1().Leases(lease.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + p.Name})
+	f.mu.Lock()
+	delete(f.pools, p.Name)
+	f.mu.Unlock()
 }
 
 // Events returns the logged events of this pool.

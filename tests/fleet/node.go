@@ -88,6 +88,13 @@ func (n *SimNode) Dead() bool {
 	return n.dead
 }
 
+// retire keeps the agent from ever starting again (the node is removed).
+func (n *SimNode) retire() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.dead = true
+}
+
 // SetBehaviour changes how the machine behaves from now on.
 func (n *SimNode) SetBehaviour(b NodeBehaviour) {
 	n.mu.Lock()

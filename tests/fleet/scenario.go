@@ -134,6 +134,9 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 		}
 	}
 	res.Duration = time.Since(start)
+	if !res.Failed() {
+		p.Remove()
+	}
 	return res
 }
 
