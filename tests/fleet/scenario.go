@@ -58,25 +58,22 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	start := time.Now()
 	r := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	name := fmt.Sprintf("s%04d", seed)
+	nodes := 3 + r.IntN(3)
 	opts := PoolOptions{
-		Nodes:          3 + r.IntN(3),
+		Nodes:          nodes,
 		MaxUnavailable: 1 + r.IntN(2),
-		MaxStaging:     1 + r.IntN(2),
-		HaltAfter:      1,
-		RebootTimeout:  time.Minute,
+		// At most nodes-2 stage slots: when the first nodes are staged
+		// and one reboots, others are still waiting to stage, so a stage
+		// and a reboot overlap for seconds.
+		MaxStaging:    1 + r.IntN(nodes-2),
+		HaltAfter:     1,
+		RebootTimeout: time.Minute,
 	}
 	stale := time.Duration(r.IntN(1500)) * time.Millisecond
-	boot := time.Duration(500+r.IntN(500)) * time.Millisecond
-	stage := time.Duration(600+r.IntN(800)) * time.Millisecond
-	// One node downloads slowly, so it is still staging when the others
-	// start rebooting: that is the moment the image changes.
-	slow := r.IntN(opts.Nodes)
-	opts.Behaviour = func(i int) NodeBehaviour {
-		b := NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage}
-		if i == slow {
-			b.StageTime = 6 * time.Second
-		}
-		return b
+	boot := time.Duration(2000+r.IntN(1000)) * time.Millisecond
+	stage := time.Duration(2500+r.IntN(1000)) * time.Millisecond
+	opts.Behaviour = func(int) NodeBehaviour {
+		return NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage}
 	}
 	res := Result{Seed: seed, Pool: name}
 	p := f.AddPool(name, opts)
