@@ -2,9 +2,7 @@ package agent_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -28,19 +26,7 @@ import (
 
 var env *envtest.Env
 
-func TestMain(m *testing.M) {
-	if ok, _ := envtest.Available(); ok {
-		e, err := envtest.StartShared()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		env = e
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { envtest.Main(m, &env) }
 
 var (
 	imgV1 = "quay.io/example/os@sha256:" + strings.Repeat("1", 64)

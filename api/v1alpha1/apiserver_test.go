@@ -27,21 +27,7 @@ const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef012345678
 
 var env *envtest.Env
 
-func TestMain(m *testing.M) {
-	if ok, why := envtest.Available(); ok {
-		var err error
-		if env, err = envtest.StartShared(); err != nil {
-			println(err.Error())
-			os.Exit(1)
-		}
-	} else if os.Getenv("BOOTC_FLEET_REQUIRE_ENVTEST") == "1" {
-		println("API server required but unavailable: " + why)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { envtest.Main(m, &env) }
 
 func needEnv(t *testing.T) (context.Context, client.Client) {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -31,19 +30,7 @@ import (
 // own namespace and on its own Nodes.
 var shared *envtest.Env
 
-func TestMain(m *testing.M) {
-	if ok, _ := envtest.Available(); ok {
-		e, err := envtest.StartShared()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		shared = e
-	}
-	code := m.Run()
-	shared.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { envtest.Main(m, &shared) }
 
 // cluster is a test's view of the API server.
 type cluster struct {

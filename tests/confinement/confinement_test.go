@@ -6,7 +6,6 @@ package confinement
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,24 +34,7 @@ const (
 
 var env *envtest.Env
 
-func TestMain(m *testing.M) {
-	if ok, why := envtest.Available(); !ok {
-		if os.Getenv("BOOTC_FLEET_REQUIRE_ENVTEST") == "1" {
-			fmt.Println("API server required but unavailable: " + why)
-			os.Exit(1)
-		}
-		fmt.Println("skipping: no API server: " + why)
-		os.Exit(0)
-	}
-	var err error
-	if env, err = envtest.StartShared(); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { envtest.Main(m, &env) }
 
 // world is a pool with two nodes: node-a holds reboot slot 0, node-b holds
 // reboot slot 1, stage slot 0 is free.
@@ -62,6 +44,9 @@ type world struct {
 
 func setup(t *testing.T, ns string) (context.Context, world) {
 	t.Helper()
+	if env == nil {
+		envtest.SkipIfUnavailable(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	root := envtest.RepoRoot()

@@ -170,3 +170,25 @@ func (e *Env) KubeconfigFor(dir, name string, groups ...string) (string, error) 
 func (e *Env) AdminKubeconfig(dir string) (string, error) {
 	return e.KubeconfigFor(dir, "bootc-fleet-admin", "system:masters")
 }
+
+// Main runs a test binary's tests with one API server shared through *env,
+// when one can be started. Without one, *env stays nil and tests that need
+// it skip through SkipIfUnavailable (or, with BOOTC_FLEET_REQUIRE_ENVTEST=1,
+// the binary fails at once).
+func Main(m *testing.M, env **Env) {
+	os.Exit(func() int {
+		if ok, why := Available(); ok {
+			e, err := StartShared()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer e.Stop()
+			*env = e
+		} else if os.Getenv("BOOTC_FLEET_REQUIRE_ENVTEST") == "1" {
+			fmt.Fprintln(os.Stderr, "API server required but unavailable: "+why)
+			return 1
+		}
+		return m.Run()
+	}())
+}

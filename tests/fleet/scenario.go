@@ -226,14 +226,7 @@ func CoordinatorRestart(ctx context.Context, f *Fleet, seed int64) Result {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, "did not converge after the restart; waiting for "+waiting)
 	}
-	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
-	res.Violations = p.Check(v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1})
-	res.Reboots = p.Reboots()
-	for _, n := range p.NodeNames() {
-		if res.Reboots[n] != 1 {
-			res.Problems = append(res.Problems, fmt.Sprintf("node %s rebooted %d times, want 1", n, res.Reboots[n]))
-		}
-	}
+	judgeOneRebootEach(ctx, p, v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1}, &res)
 	res.Duration = time.Since(start)
 	return res
 }
@@ -265,14 +258,20 @@ func APIServerOutage(ctx context.Context, f *Fleet, seed int64) Result {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, "did not converge after the outages; waiting for "+waiting)
 	}
+	judgeOneRebootEach(ctx, p, v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1}, &res)
+	res.Duration = time.Since(start)
+	return res
+}
+
+// judgeOneRebootEach waits for the last release, checks I1-I5 and that
+// every node rebooted exactly once (one image, one grant each).
+func judgeOneRebootEach(ctx context.Context, p *Pool, target string, budget invariant.Pool, res *Result) {
 	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
-	res.Violations = p.Check(v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1})
+	res.Violations = p.Check(target, budget)
 	res.Reboots = p.Reboots()
 	for _, n := range p.NodeNames() {
 		if res.Reboots[n] != 1 {
 			res.Problems = append(res.Problems, fmt.Sprintf("node %s rebooted %d times, want 1", n, res.Reboots[n]))
 		}
 	}
-	res.Duration = time.Since(start)
-	return res
 }
