@@ -33,20 +33,26 @@ func (k *Coordinator) EnsureBootcNode(ctx context.Context, node, desired string,
 	if policy == "" {
 		policy = fleetv1.RebootPolicyReboot
 	}
-	bn := &fleetv1.BootcNode{}
-	err := k.C.Get(ctx, client.ObjectKey{Name: node}, bn)
-	if apierrors.IsNotFound(err) {
-		bn = &fleetv1.BootcNode{
-			ObjectMeta: metav1.ObjectMeta{Name: node},
-			Spec:       fleetv1.BootcNodeSpec{Pool: k.Pool, DesiredImage: desired, RebootPolicy: policy},
+	for range 10 {
+		bn := &fleetv1.BootcNode{}
+		err := k.C.Get(ctx, client.ObjectKey{Name: node}, bn)
+		if apierrors.IsNotFound(err) {
+			bn = &fleetv1.BootcNode{
+				ObjectMeta: metav1.ObjectMeta{Name: node},
+				Spec:       fleetv1.BootcNodeSpec{Pool: k.Pool, DesiredImage: desired, RebootPolicy: policy},
+			}
+			return k.C.Create(ctx, bn)
 		}
-		return k.C.Create(ctx, bn)
+		if err != nil {
+			return err
+		}
+		bn.Spec.DesiredImage, bn.Spec.RebootPolicy = desired, policy
+		err = k.C.Update(ctx, bn)
+		if !apierrors.IsConflict(err) { // the agent's status writes may race us
+			return err
+		}
 	}
-	if err != nil {
-		return err
-	}
-	bn.Spec.DesiredImage, bn.Spec.RebootPolicy = desired, policy
-	return k.C.Update(ctx, bn)
+	return fmt.Errorf("updating BootcNode %s: too many conflicts", node)
 }
 
 // Grant gives slot i of kind to node for image in bootID (phase only for
