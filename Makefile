@@ -19,7 +19,7 @@ help: ## Show this help.
 
 ##@ Build
 .PHONY: build
-build: ## Build bootc-fleet-agent, bootc-fleet-coordinator and the test bootc into bin/.
+build: ## Build bootc-fleet-agent and bootc-fleet-coordinator into bin/.
 	$(GO) build -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator
 
 .PHONY: generate
