@@ -195,6 +195,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 	if !waitFor(ctx, maxFault+240*time.Second, func() bool { return time.Since(start) > maxFault && settled() }) {
 		_, waiting := p.Converged(target)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not settle on %s (%s) within the bound; waiting for %s; pool %+v", last, target, waiting, p.Status()))
+		res.Problems = append(res.Problems, "cluster state: "+f.describe(ctx, p))
 	}
 	close(done)
 	waitFor(ctx, 5*time.Second, func() bool { return p.Status().Rebooting == 0 || (dead >= 0 && p.Halted()) })
@@ -276,6 +277,42 @@ func FaultString(faults []Fault) string {
 	var b strings.Builder
 	for _, f := range faults {
 		fmt.Fprintf(&b, "\n    +%s %s", f.At, f.What)
+	}
+	return b.String()
+}
+
+// describe renders what the cluster says about a pool's nodes and slots,
+// for a seed that did not settle.
+func (f *Fleet) describe(ctx context.Context, p *Pool) string {
+	var b strings.Builder
+	for _, n := range p.Nodes {
+		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(&b, "\n    node %s: %v", n.Name, err)
+			continue
+		}
+		ready := false
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		fmt.Fprintf(&b, "\n    node %s: ready=%v unschedulable=%v bootID=%s down=%v staging=%v", n.Name, ready, node.Spec.Unschedulable,
+			node.Status.NodeInfo.BootID, n.Down(), n.Staging())
+	}
+	list, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + p.Name})
+	if err == nil {
+		for _, l := range list.Items {
+			holder, renewed := "", ""
+			if l.Spec.HolderIdentity != nil {
+				holder = *l.Spec.HolderIdentity
+			}
+			if l.Spec.RenewTime != nil {
+				renewed = time.Since(l.Spec.RenewTime.Time).Round(time.Second).String() + " ago"
+			}
+			fmt.Fprintf(&b, "\n    lease %s rv=%s holder=%q phase=%q failure=%q renewed %s", l.Name, l.ResourceVersion, holder,
+				l.Annotations[lease.AnnotationPhase], l.Annotations[lease.AnnotationFailure], renewed)
+		}
 	}
 	return b.String()
 }
