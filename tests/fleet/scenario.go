@@ -208,14 +208,8 @@ func NodeNeverReturns(ctx context.Context, f *Fleet, seed int64) Result {
 func CoordinatorRestart(ctx context.Context, f *Fleet, seed int64) Result {
 	start := time.Now()
 	name := fmt.Sprintf("restart%04d", seed)
-	opts := PoolOptions{Nodes: 5, MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1, RebootTimeout: time.Minute}
-	opts.Behaviour = func(int) NodeBehaviour {
-		return NodeBehaviour{BootTime: 400 * time.Millisecond, StageTime: 300 * time.Millisecond, StaleAfterReboot: 700 * time.Millisecond}
-	}
 	res := Result{Seed: seed, Pool: name}
-	p := f.AddPool(name, opts)
-	v2 := p.Push("v2")
-	p.Create("v2", opts)
+	p, v2 := startFiveNodeRollout(f, name, 300*time.Millisecond)
 	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 2 }) {
 		res.Problems = append(res.Problems, "rollout did not start")
 	}
@@ -237,14 +231,8 @@ func CoordinatorRestart(ctx context.Context, f *Fleet, seed int64) Result {
 func APIServerOutage(ctx context.Context, f *Fleet, seed int64) Result {
 	start := time.Now()
 	name := fmt.Sprintf("outage%04d", seed)
-	opts := PoolOptions{Nodes: 5, MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1, RebootTimeout: time.Minute}
-	opts.Behaviour = func(int) NodeBehaviour {
-		return NodeBehaviour{BootTime: 400 * time.Millisecond, StageTime: 500 * time.Millisecond, StaleAfterReboot: 700 * time.Millisecond}
-	}
 	res := Result{Seed: seed, Pool: name}
-	p := f.AddPool(name, opts)
-	v2 := p.Push("v2")
-	p.Create("v2", opts)
+	p, v2 := startFiveNodeRollout(f, name, 500*time.Millisecond)
 	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 1 }) {
 		res.Problems = append(res.Problems, "rollout did not start")
 	}
@@ -261,6 +249,20 @@ func APIServerOutage(ctx context.Context, f *Fleet, seed int64) Result {
 	judgeOneRebootEach(ctx, p, v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1}, &res)
 	res.Duration = time.Since(start)
 	return res
+}
+
+// startFiveNodeRollout creates a 5-node pool (maxUnavailable 2, maxStaging
+// 2, stale status after each reboot) rolling out a fresh v2, and returns it
+// with v2's repo@sha256.
+func startFiveNodeRollout(f *Fleet, name string, stage time.Duration) (*Pool, string) {
+	opts := PoolOptions{Nodes: 5, MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1, RebootTimeout: time.Minute}
+	opts.Behaviour = func(int) NodeBehaviour {
+		return NodeBehaviour{BootTime: 400 * time.Millisecond, StageTime: stage, StaleAfterReboot: 700 * time.Millisecond}
+	}
+	p := f.AddPool(name, opts)
+	v2 := p.Push("v2")
+	p.Create("v2", opts)
+	return p, v2
 }
 
 // judgeOneRebootEach waits for the last release, checks I1-I5 and that
