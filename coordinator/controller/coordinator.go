@@ -42,6 +42,7 @@ const (
 	DefaultResolveInterval  = 5 * time.Minute
 	DefaultLeaseDuration    = 2 * time.Minute
 	DefaultRequeueInterval  = time.Minute
+	DefaultWorkers          = 4
 	DefaultLeaderElectionID = "bootc-fleet-coordinator"
 )
 
@@ -71,6 +72,10 @@ type Options struct {
 	LeaseDuration time.Duration
 	// RequeueInterval bounds how long a pool goes without a reconcile.
 	RequeueInterval time.Duration
+	// Workers is how many pools are reconciled at once (default 4). One
+	// pool is never reconciled by two workers at a time; pools share no
+	// slots, so they need no ordering between them.
+	Workers int
 
 	// InsecureRegistries may be reached over plain HTTP (host or host:port).
 	InsecureRegistries []string
@@ -103,6 +108,9 @@ func (o *Options) defaults() {
 	}
 	if o.RequeueInterval <= 0 {
 		o.RequeueInterval = DefaultRequeueInterval
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
 	}
 	if o.ResolveRetryInterval <= 0 {
 		o.ResolveRetryInterval = o.RequeueInterval

@@ -49,7 +49,7 @@ type poolReconciler struct {
 func (r *poolReconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bootcnodepool").
-		WithOptions(controller.Options{SkipNameValidation: ptrTrue(), MaxConcurrentReconciles: 1}).
+		WithOptions(controller.Options{SkipNameValidation: ptrTrue(), MaxConcurrentReconciles: r.opts.Workers}).
 		For(&fleetv1.BootcNodePool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNode), builder.WithPredicates(nodeChanged())).
 		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode)).

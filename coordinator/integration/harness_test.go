@@ -264,25 +264,33 @@ func (f *fleet) check(ctx context.Context, maxUnavailable int) {
 func (f *fleet) step(ctx context.Context, name string) {
 	f.mu.Lock()
 	fn := f.nodes[name]
+	var stuck, offline bool
+	if fn != nil {
+		stuck, offline = fn.stuck, fn.offline // tests set them under f.mu
+	}
 	f.mu.Unlock()
 	if fn == nil {
 		return
 	}
 	f.finishPodDeletions(ctx, name)
 	if !fn.back.IsZero() {
-		if fn.stuck || time.Now().Before(fn.back) {
+		if stuck || time.Now().Before(fn.back) {
 			return
 		}
-		// The machine comes back: a new boot, on what was staged.
+		// The machine comes back: a new boot, on what was staged. Fields
+		// change under f.mu (the test reads them); only this goroutine
+		// writes them, so it reads them without the lock.
+		f.mu.Lock()
 		fn.back = time.Time{}
 		fn.boot++
 		if fn.staged.Digest != "" {
 			fn.booted, fn.staged = fn.staged, imageref.Pinned{}
 		}
 		fn.ready = true
+		f.mu.Unlock()
 		f.writeNodeStatus(ctx, fn)
 	}
-	if fn.offline {
+	if offline {
 		return
 	}
 	var bn fleetv1.BootcNode
@@ -302,10 +310,12 @@ func (f *fleet) step(ctx context.Context, name string) {
 		phase = fleetv1.PhaseStaged
 		for _, g := range grants {
 			if g.Kind == lease.KindReboot && check(lease.ActionReboot, g) && !fn.spent[g.ID] {
+				f.mu.Lock()
 				fn.spent[g.ID] = true
 				fn.reboots++
 				fn.ready = false
 				fn.back = time.Now().Add(300 * time.Millisecond)
+				f.mu.Unlock()
 				f.report(ctx, &bn, fn, fleetv1.PhaseRebooting)
 				f.writeNodeStatus(ctx, fn)
 				return
@@ -314,7 +324,9 @@ func (f *fleet) step(ctx context.Context, name string) {
 	default:
 		for _, g := range grants {
 			if g.Kind == lease.KindStage && check(lease.ActionStage, g) {
+				f.mu.Lock()
 				fn.staged = desired
+				f.mu.Unlock()
 				phase = fleetv1.PhaseStaged
 			}
 		}

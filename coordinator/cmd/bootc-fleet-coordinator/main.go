@@ -39,6 +39,7 @@ func main() {
 		resolveInterval = flag.Duration("resolve-interval", controller.DefaultResolveInterval, "how often a tag is re-resolved to a digest")
 		leaseDuration   = flag.Duration("lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants")
 		requeue         = flag.Duration("requeue-interval", controller.DefaultRequeueInterval, "longest time a pool goes without a reconcile")
+		workers         = flag.Int("workers", controller.DefaultWorkers, "pools reconciled at once")
 		resolveTimeout  = flag.Duration("resolve-timeout", 30*time.Second, "bound on one registry lookup")
 		logLevel        = flag.String("log-level", "info", "debug, info or error")
 		insecure        stringList
@@ -51,6 +52,10 @@ func main() {
 	lvl, err := parseLevel(*logLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bootc-fleet-coordinator:", err)
+		os.Exit(2)
+	}
+	if *workers < 1 {
+		fmt.Fprintf(os.Stderr, "bootc-fleet-coordinator: --workers must be at least 1, got %d\n", *workers)
 		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.Level(lvl)))
@@ -69,6 +74,7 @@ func main() {
 		ResolveInterval:         *resolveInterval,
 		LeaseDuration:           *leaseDuration,
 		RequeueInterval:         *requeue,
+		Workers:                 *workers,
 		ResolveTimeout:          *resolveTimeout,
 		InsecureRegistries:      insecure,
 		Logger:                  log,
