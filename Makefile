@@ -53,9 +53,9 @@ test: ## Run every test, including those against a real kube-apiserver + etcd.
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 $(GO) test $(GOTEST_FLAGS) -count=1 -timeout 25m ./...
 
 .PHONY: chaos
-chaos: ## Randomized fault campaign over SEEDS seeds (default 100), BATCH (default 10) pools at a time.
+chaos: ## Randomized fault campaign over SEEDS seeds (default 100), BATCH (default 20) pools at a time.
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 $(GO) test -count=1 -timeout 180m ./tests/fleet \
-	  -run '^TestChaos$$' -v -seeds $${SEEDS:-100} -batch $${BATCH:-10} 2>&1 | grep --line-buffered -E '^(chaos|--- |FAIL|ok|PASS)|violated|problem:|replay:|^ +\+|^ +(node|lease) '
+	  -run '^TestChaos$$' -v -seeds $${SEEDS:-100} -batch $${BATCH:-20} 2>&1 | grep --line-buffered -E '^(chaos|--- |FAIL|ok|PASS)|violated|problem:|replay:|^ +\+|^ +(node|lease) '
 
 .PHONY: bench
 bench: ## Benchmarks: parsers, decision, planner, resolver, agent idle cost, fleet scale.

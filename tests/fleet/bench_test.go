@@ -33,7 +33,9 @@ func BenchmarkFleetRollout(b *testing.B) {
 		opts.Behaviour = func(int) NodeBehaviour {
 			return NodeBehaviour{BootTime: 200 * time.Millisecond, StageTime: 100 * time.Millisecond, StaleAfterReboot: 300 * time.Millisecond}
 		}
+		setup := time.Now()
 		p := f.AddPool("scale", opts)
+		fmt.Fprintf(os.Stderr, "fleet rollout: %d nodes and their agents set up in %s\n", n, time.Since(setup).Round(time.Second))
 		runtime.GC()
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
@@ -41,7 +43,10 @@ func BenchmarkFleetRollout(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		p.Create("v2", opts)
-		if !waitFor(context.Background(), 30*time.Minute, func() bool { ok, _ := p.Converged(v2); return ok }) {
+		stopProgress := progress(p, v2, start, 30*time.Second)
+		converged := waitFor(context.Background(), 30*time.Minute, func() bool { ok, _ := p.Converged(v2); return ok })
+		stopProgress()
+		if !converged {
 			_, waiting := p.Converged(v2)
 			b.Fatalf("%d nodes did not converge; waiting for %.200s", n, waiting)
 		}
@@ -57,4 +62,32 @@ func BenchmarkFleetRollout(b *testing.B) {
 		fmt.Fprintf(os.Stderr, "fleet rollout: %d nodes in %s\n", n, took.Round(time.Second))
 		f.Stop()
 	}
+}
+
+// progress prints, every interval until stopped, how many of the pool's
+// machines boot target, so a long run shows its pace as it goes.
+func progress(p *Pool, target string, start time.Time, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			on := 0
+			for _, n := range p.Nodes {
+				if st := n.Machine.State(); st.Booted != nil && st.Booted.Image == target {
+					on++
+				}
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(os.Stderr, "fleet rollout: %s: %d/%d nodes booted on the target, heap %d MiB\n",
+				time.Since(start).Round(time.Second), on, len(p.Nodes), ms.HeapInuse>>20)
+		}
+	}()
+	return func() { close(done) }
 }

@@ -17,27 +17,61 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
+// ClusterFaults says whether a chaos seed may also crash the coordinator
+// and cut the API server, faults that every pool of the fleet feels.
+type ClusterFaults int
+
+const (
+	NoClusterFaults   ClusterFaults = iota
+	SomeClusterFaults               // one seed in five (a shared fleet)
+	ClusterFaultsOn                 // every seed may (a fleet per seed)
+)
+
 // Fault is one injected fault, logged so a failing seed explains itself.
 type Fault struct {
 	At   time.Duration
+	Kind FaultKind
 	What string
 }
+
+// FaultKind names a kind of fault, for the campaign's tally.
+type FaultKind string
+
+const (
+	KindAgentCrash        FaultKind = "agent crash"
+	KindCrashBeforeReboot FaultKind = "crash between record and reboot"
+	KindStageFails        FaultKind = "stage failure"
+	KindStageHangs        FaultKind = "stage hang"
+	KindLongStale         FaultKind = "stale status 10-60s"
+	KindNeverReturns      FaultKind = "node never returns"
+	KindPDB               FaultKind = "blocking PDB"
+	KindPDBRemoved        FaultKind = "PDB removed"
+	KindImageChange       FaultKind = "image change"
+	KindCoordinatorCrash  FaultKind = "coordinator crash"
+	KindAPIOutage         FaultKind = "API server outage"
+	KindLeaseConflicts    FaultKind = "lease conflicts"
+	KindSetup             FaultKind = "setup problem"
+)
 
 // Chaos runs one randomized rollout of a pool under faults drawn from the
 // seed: agent crashes at random moments and between recording and issuing
 // a reboot, coordinator crashes and restarts, bootc stage failures and
 // hangs, stale status after reboots, a node that never comes back, a PDB
 // that blocks a drain for a while, lease update conflicts, and 1-3 image
-// changes at random moments; with withClusterFaults also coordinator
-// crashes and API server outages (they hit every pool of the fleet). It
-// checks I1-I5 over the whole run.
+// changes at random moments; with cluster faults also coordinator crashes
+// and API server outages (they hit every pool of the fleet). It checks
+// I1-I5 over the whole run.
 //
 // The seed decides the fleet, the faults and their timing; goroutine
 // scheduling is not replayed, so a replay reproduces the same plan, not the
 // same interleaving.
-func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (Result, []Fault) {
+func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Result, []Fault) {
 	start := time.Now()
 	r := rand.New(rand.NewPCG(uint64(seed), 0xc4a05))
+	// Draws added later come from streams of their own, so every older
+	// draw of a seed (and its plan) stays as it was.
+	side := rand.New(rand.NewPCG(uint64(seed), 0xc1a57))
+	withClusterFaults := cluster == ClusterFaultsOn || (cluster == SomeClusterFaults && side.IntN(5) == 0)
 	name := fmt.Sprintf("c%04d", seed)
 	opts := PoolOptions{
 		Nodes:          3 + r.IntN(4),
@@ -61,17 +95,31 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 			NeverReturn:       i == dead,
 		}
 	}
+	// Now and then one node's bootc status stays stale for 10-60 s after
+	// each of its reboots, as slow as the design allows. A stream of its
+	// own keeps every other draw of the seed as it was.
+	long := rand.New(rand.NewPCG(uint64(seed), 0x57a1e))
+	longStale := -1
+	if long.IntN(8) == 0 {
+		longStale = long.IntN(opts.Nodes)
+		behaviours[longStale].StaleAfterReboot = time.Duration(10+long.IntN(51)) * time.Second
+		// The operator's rebootTimeout covers the boot and the settle.
+		opts.RebootTimeout = max(opts.RebootTimeout, behaviours[longStale].StaleAfterReboot+20*time.Second)
+	}
 	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
 	var faults []Fault
-	note := func(format string, a ...any) {
-		faults = append(faults, Fault{At: time.Since(start).Round(time.Millisecond), What: fmt.Sprintf(format, a...)})
+	note := func(kind FaultKind, format string, a ...any) {
+		faults = append(faults, Fault{At: time.Since(start).Round(time.Millisecond), Kind: kind, What: fmt.Sprintf(format, a...)})
+	}
+	if longStale >= 0 {
+		note(KindLongStale, "node %d: bootc status stays stale for %s after each reboot", longStale, behaviours[longStale].StaleAfterReboot)
 	}
 	for i, b := range behaviours {
 		if b.NeverReturn {
-			note("node %d will never come back from its reboot", i)
+			note(KindNeverReturns, "node %d will never come back from its reboot", i)
 		}
 		if b.CrashBeforeReboot > 0 {
-			note("node %d's agent dies once between recording and issuing its reboot", i)
+			note(KindCrashBeforeReboot, "node %d's agent dies once between recording and issuing its reboot", i)
 		}
 	}
 
@@ -88,15 +136,16 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 	for i, n := range p.Nodes {
 		switch r.IntN(5) {
 		case 0:
+			times := 1 + r.IntN(2)
 			n.Machine.Configure(func(k *testbootc.Knobs) {
-				k.SwitchFailure = &testbootc.Failure{ExitCode: 1, Stderr: "error: pulling image: simulated network failure", Times: 1 + r.IntN(2)}
+				k.SwitchFailure = &testbootc.Failure{ExitCode: 1, Stderr: "error: pulling image: simulated network failure", Times: times}
 			})
-			note("node %d: bootc switch fails %d time(s)", i, 1)
+			note(KindStageFails, "node %d: bootc switch fails %d time(s)", i, times)
 		case 1:
 			b := behaviours[i]
 			b.StageTime = 4 * time.Second
 			n.SetBehaviour(b)
-			note("node %d: bootc switch hangs for 4s", i)
+			note(KindStageHangs, "node %d: bootc switch hangs for 4s", i)
 		}
 	}
 	// A PDB that blocks draining one node for a while.
@@ -104,10 +153,10 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 	if r.IntN(3) == 0 {
 		blocked = r.IntN(opts.Nodes)
 		if err := f.blockDrain(ctx, p, p.Nodes[blocked].Name); err != nil {
-			note("could not set up the PDB: %v", err)
+			note(KindSetup, "could not set up the PDB: %v", err)
 			blocked = -1
 		} else {
-			note("node %d: a PodDisruptionBudget blocks its drain", blocked)
+			note(KindPDB, "node %d: a PodDisruptionBudget blocks its drain", blocked)
 		}
 	}
 	p.Create("v2", opts)
@@ -125,14 +174,14 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 		tag := tags[i]
 		at += time.Duration(1000+r.IntN(2000)) * time.Millisecond
 		plan = append(plan, event{at, func() {
-			note("image changed to %s", tag)
+			note(KindImageChange, "image changed to %s", tag)
 			_ = p.SetImage(tag)
 		}})
 	}
 	for k := r.IntN(4); k > 0; k-- {
 		i := r.IntN(opts.Nodes)
 		plan = append(plan, event{time.Duration(r.IntN(8000)) * time.Millisecond, func() {
-			note("node %d's agent crashes and restarts", i)
+			note(KindAgentCrash, "node %d's agent crashes and restarts", i)
 			n := p.Nodes[i]
 			n.CrashAgent()
 			time.Sleep(300 * time.Millisecond)
@@ -143,27 +192,25 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 	}
 	if withClusterFaults && r.IntN(2) == 0 {
 		plan = append(plan, event{time.Duration(1000+r.IntN(7000)) * time.Millisecond, func() {
-			note("coordinator crashes; restarted 1s later")
-			f.StopCoordinator()
-			time.Sleep(time.Second)
-			f.StartCoordinator()
+			note(KindCoordinatorCrash, "coordinator crashes; restarted 1s later")
+			f.RestartCoordinator(time.Second)
 		}})
 	}
 	if withClusterFaults && r.IntN(2) == 0 {
 		plan = append(plan, event{time.Duration(1000+r.IntN(7000)) * time.Millisecond, func() {
-			note("API server unreachable for 4s (every connection cut)")
+			note(KindAPIOutage, "API server unreachable for 4s (every connection cut)")
 			f.API.Cut(4 * time.Second)
 		}})
 	}
 	if r.IntN(2) == 0 {
 		plan = append(plan, event{time.Duration(r.IntN(6000)) * time.Millisecond, func() {
-			note("lease update conflicts for 3s (a third writer touches the slot Leases)")
+			note(KindLeaseConflicts, "lease update conflicts for 3s (a third writer touches the slot Leases)")
 			f.touchLeases(ctx, p.Name, 3*time.Second)
 		}})
 	}
 	if blocked >= 0 {
 		plan = append(plan, event{time.Duration(4000+r.IntN(4000)) * time.Millisecond, func() {
-			note("the blocking PDB is removed")
+			note(KindPDBRemoved, "the blocking PDB is removed")
 			f.unblockDrain(ctx, p, p.Nodes[blocked].Name)
 		}})
 	}
@@ -192,7 +239,11 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, withClusterFaults bool) (R
 		return ok
 	}
 	maxFault := 9 * time.Second
-	if !waitFor(ctx, maxFault+240*time.Second, func() bool { return time.Since(start) > maxFault && settled() }) {
+	bound := maxFault + 240*time.Second
+	if longStale >= 0 {
+		bound += 3 * behaviours[longStale].StaleAfterReboot // up to three reboots of that node
+	}
+	if !waitFor(ctx, bound, func() bool { return time.Since(start) > maxFault && settled() }) {
 		_, waiting := p.Converged(target)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not settle on %s (%s) within the bound; waiting for %s; pool %+v", last, target, waiting, p.Status()))
 		res.Problems = append(res.Problems, "cluster state: "+f.describe(ctx, p))

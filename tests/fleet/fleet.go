@@ -48,8 +48,9 @@ type Fleet struct {
 	// server; API.Cut plays an outage. The harness itself connects directly.
 	API *Outage
 
-	mu    sync.Mutex
-	pools map[string]*Pool
+	mu      sync.Mutex
+	pools   map[string]*Pool
+	restart sync.Mutex // one coordinator restart at a time
 
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -319,6 +320,17 @@ func (f *Fleet) StartCoordinator() {
 	f.mu.Unlock()
 }
 
+// RestartCoordinator crashes the coordinator and starts a new one after
+// pause. Concurrent restarts (seeds sharing a fleet) take turns, so one
+// coordinator runs at a time.
+func (f *Fleet) RestartCoordinator(pause time.Duration) {
+	f.restart.Lock()
+	defer f.restart.Unlock()
+	f.StopCoordinator()
+	time.Sleep(pause)
+	f.StartCoordinator()
+}
+
 // StopCoordinator stops the coordinator and waits for it (a crash, as far
 // as the cluster can tell: it leaves everything as it was).
 func (f *Fleet) StopCoordinator() {
@@ -358,11 +370,25 @@ func (p *Pool) Converged(target string) (bool, string) {
 		st := n.Machine.State()
 		if n.Down() || st.Booted == nil || st.Booted.Image != target {
 			waiting = append(waiting, n.Name)
-			continue
 		}
-		bn := &fleetv1.BootcNode{}
-		if err := f.Env.Client.Get(f.ctx, client.ObjectKey{Name: n.Name}, bn); err != nil || bn.Status.Phase != fleetv1.PhaseIdle {
-			waiting = append(waiting, n.Name+"("+string(bn.Status.Phase)+")")
+	}
+	if len(waiting) > 0 {
+		// The machines decide it: no API reads while they are not there
+		// (callers poll this, and 1,000 reads per poll would load the API
+		// server more than the fleet does).
+		return false, strings.Join(waiting, ",")
+	}
+	var list fleetv1.BootcNodeList
+	if err := f.Env.Client.List(f.ctx, &list); err != nil {
+		return false, "listing BootcNodes: " + err.Error()
+	}
+	phase := make(map[string]fleetv1.NodePhase, len(list.Items))
+	for _, bn := range list.Items {
+		phase[bn.Name] = bn.Status.Phase
+	}
+	for _, n := range p.Nodes {
+		if ph, ok := phase[n.Name]; !n.Dead() && (!ok || ph != fleetv1.PhaseIdle) {
+			waiting = append(waiting, n.Name+"("+string(ph)+")")
 		}
 	}
 	return len(waiting) == 0, strings.Join(waiting, ",")

@@ -43,7 +43,10 @@ func (o *Outage) Close() {
 // Cut drops every connection and refuses new ones for d.
 func (o *Outage) Cut(d time.Duration) {
 	o.mu.Lock()
-	o.until = time.Now().Add(d)
+	// Overlapping cuts (seeds sharing a fleet) end with the later one.
+	if end := time.Now().Add(d); end.After(o.until) {
+		o.until = end
+	}
 	o.mu.Unlock()
 	o.dropAll()
 }

@@ -45,7 +45,7 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool 
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

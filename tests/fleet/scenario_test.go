@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +21,10 @@ var (
 )
 
 // seeds returns the seeds of this run: -seeds, else $SEEDS, else 1..def.
-func seeds(def int) []int64 {
+// A spec is a count N (seeds 1..N), or a comma list of seeds and ranges
+// (3,17,40-59). A spec that is neither ends the test.
+func seeds(t *testing.T, def int) []int64 {
+	t.Helper()
 	spec := *seedsFlag
 	if spec == "" {
 		spec = os.Getenv("SEEDS")
@@ -28,23 +32,41 @@ func seeds(def int) []int64 {
 	if spec == "" {
 		spec = strconv.Itoa(def)
 	}
-	if !strings.Contains(spec, ",") {
-		if n, err := strconv.Atoi(spec); err == nil {
-			out := make([]int64, n)
-			for i := range out {
-				out[i] = int64(i + 1)
-			}
-			return out
+	out, err := parseSeeds(spec)
+	if err != nil {
+		t.Fatalf("seeds %q: %v", spec, err)
+	}
+	return out
+}
+
+func parseSeeds(spec string) ([]int64, error) {
+	if n, err := strconv.Atoi(spec); err == nil {
+		if n < 1 {
+			return nil, fmt.Errorf("a count must be at least 1")
 		}
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = int64(i + 1)
+		}
+		return out, nil
 	}
 	var out []int64
 	for _, f := range strings.Split(spec, ",") {
-		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
-		if err == nil {
+		f = strings.TrimSpace(f)
+		lo, hi, isRange := strings.Cut(f, "-")
+		a, errA := strconv.ParseInt(lo, 10, 64)
+		b, errB := a, error(nil)
+		if isRange {
+			b, errB = strconv.ParseInt(hi, 10, 64)
+		}
+		if errA != nil || errB != nil || b < a {
+			return nil, fmt.Errorf("%q is not a seed or a range A-B with A <= B", f)
+		}
+		for v := a; v <= b; v++ {
 			out = append(out, v)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // TestImageChangeMidRollout runs the seed scenario over many seeds, a batch
@@ -52,7 +74,7 @@ func seeds(def int) []int64 {
 // with: go test ./tests/fleet -run TestImageChangeMidRollout -seeds 17
 func TestImageChangeMidRollout(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
-	all := seeds(50)
+	all := seeds(t, 50)
 	f := Start(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -94,7 +116,7 @@ func TestCoordinatorRestartMidRollout(t *testing.T) {
 // Replay: go test ./tests/fleet -run TestChaos -seeds 123 -v
 func TestChaos(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
-	all := seeds(4)
+	all := seeds(t, 4)
 	if *seedsFlag == "" && os.Getenv("SEEDS") == "" && testing.Short() {
 		all = all[:1]
 	}
@@ -102,29 +124,40 @@ func TestChaos(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	var failed []string
-	// Seeds share one coordinator, -batch of them at a time; seeds that
-	// crash the coordinator run in TestChaosCoordinatorCrash.
+	// Seeds share one cluster and coordinator, -batch of them at a time.
+	// One seed in five also crashes the coordinator or cuts the API
+	// server, which every pool in flight then lives through.
 	f := Start(t, Options{})
 	faultsOf := map[int64][]Fault{}
 	var mu sync.Mutex
 	results := runSeeds(all, *batchFlag, func(seed int64) (Result, []Fault) {
-		r, faults := Chaos(ctx, f, seed, false)
+		r, faults := Chaos(ctx, f, seed, SomeClusterFaults)
 		mu.Lock()
 		faultsOf[seed] = faults
 		mu.Unlock()
 		return r, faults
 	})
+	tally := map[FaultKind]int{}
 	for r := range results {
-		fmt.Printf("chaos seed %d: %d violations, %d problems (%s)\n", r.Seed, len(r.Violations), len(r.Problems), r.Duration.Round(time.Millisecond))
+		mu.Lock()
+		faults := faultsOf[r.Seed]
+		mu.Unlock()
+		fmt.Printf("chaos seed %d: %d violations, %d problems (%s, %d faults)\n", r.Seed, len(r.Violations), len(r.Problems), r.Duration.Round(time.Millisecond), len(faults))
+		for _, f := range faults {
+			tally[f.Kind]++
+		}
 		if r.Failed() {
-			mu.Lock()
-			faults := faultsOf[r.Seed]
-			mu.Unlock()
 			t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaos -seeds %d -v", r, FaultString(faults), r.Seed)
 			failed = append(failed, fmt.Sprint(r.Seed))
 		}
 	}
-	t.Logf("chaos: %d seeds, %d failed %v, in %s", len(all), len(failed), failed, time.Since(start).Round(time.Second))
+	kinds := make([]string, 0, len(tally))
+	for k, n := range tally {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(kinds)
+	fmt.Printf("chaos: %d seeds, %d failed %v, in %s\nchaos: faults injected: %s\n",
+		len(all), len(failed), failed, time.Since(start).Round(time.Second), strings.Join(kinds, ", "))
 }
 
 // TestChaosClusterFaults runs chaos seeds that may also crash the
@@ -133,7 +166,7 @@ func TestChaosClusterFaults(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
 	for _, seed := range []int64{1001, 1002} {
 		f := Start(t, Options{})
-		r, faults := Chaos(context.Background(), f, seed, true)
+		r, faults := Chaos(context.Background(), f, seed, ClusterFaultsOn)
 		if r.Failed() {
 			t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaosClusterFaults -v", r, FaultString(faults))
 		} else {
