@@ -416,7 +416,8 @@ func (p *planner) grant(slots []Slot) {
 		}
 	}
 	holds := p.holdsAfter()
-	heldReboot, heldStage := p.countAfter(lease.KindReboot), p.countAfter(lease.KindStage)
+	stillStaging := p.stagingWithoutSlot(holds)
+	heldReboot, heldStage := p.countAfter(lease.KindReboot), p.countAfter(lease.KindStage)+len(stillStaging)
 	other := p.otherwiseUnavailable(holds)
 
 	// Reboot grants: nodes already unavailable for other reasons first, since
@@ -464,7 +465,7 @@ func (p *planner) grant(slots []Slot) {
 		}
 		n := p.nodes[name]
 		st := p.fresh(n)
-		if granted[name] || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+		if granted[name] || stillStaging[name] || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, p.target.Digest) || onDigest(st.Staged, p.target.Digest) {
@@ -476,6 +477,34 @@ func (p *planner) grant(slots []Slot) {
 		heldStage++
 		p.event("Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, p.target)
 	}
+}
+
+// stagingWithoutSlot finds nodes that hold no stage slot but report, in
+// their current boot, a stage under way: a revoked holder downloads until
+// its agent sees the revoke and cancels. Until it reports that it stopped
+// (or goes quiet for a lease duration, as an unrenewed grant would), its
+// download counts against maxStaging, so its slot is not handed on early.
+func (p *planner) stagingWithoutSlot(holds map[string][]*Slot) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range p.members {
+		st := p.fresh(p.nodes[name])
+		if st == nil || st.Phase != fleetv1.PhaseStaging || st.LastReportTime == nil {
+			continue
+		}
+		quiet := st.LastReportTime.Add(p.in.LeaseDuration)
+		if !p.in.Now.Before(quiet) {
+			continue
+		}
+		slot := false
+		for _, s := range holds[name] {
+			slot = slot || s.Kind == lease.KindStage
+		}
+		if !slot {
+			out[name] = true
+			p.requeueAt(quiet)
+		}
+	}
+	return out
 }
 
 // desiredIsTarget: the node's BootcNode already asks for the target, so the

@@ -205,6 +205,48 @@ func TestStageSlotRelease(t *testing.T) {
 	}
 }
 
+// A revoked stage holder keeps downloading until its agent cancels: its
+// slot goes to no one else while it still reports Staging, unless it has
+// been quiet for a lease duration.
+func TestRevokedStagerHoldsItsBudgetUntilItStops(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		then      func(w *world)
+		wantGrant bool
+	}{
+		{"still reports Staging", func(w *world) { w.now = w.now.Add(30 * time.Second) }, false},
+		{"reports that it stopped", func(w *world) { w.agentReports("node-00", imgV0, imageref.Pinned{}, fleetv1.PhaseWaiting) }, true},
+		{"quiet for a lease duration", func(w *world) { w.now = w.now.Add(61 * time.Second) }, true},
+		{"Staging reported in an earlier boot", func(w *world) { w.reboot("node-00") }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := settled(3, 1, 1)
+			w.step()
+			if _, ok := w.grantOf("node-00", lease.KindStage); !ok {
+				t.Fatal("setup: node-00 has no stage grant")
+			}
+			w.agentReports("node-00", imgV0, imageref.Pinned{}, fleetv1.PhaseStaging)
+			w.bns["node-00"].Status.LastReportTime = &metav1.Time{Time: w.now}
+			w.target = imgV2
+			if out := w.step(); len(changes(out, OpRevoke, lease.KindStage)) != 1 {
+				t.Fatalf("setup: stage grant not revoked: %+v", out.Changes)
+			}
+			out := w.step() // BootcNodes now ask for v2
+			if got := changes(out, OpGrant, lease.KindStage); len(got) != 0 {
+				t.Fatalf("stage slot handed on while its revoked holder still downloads: %+v", got)
+			}
+			if out.RequeueAfter <= 0 || out.RequeueAfter > time.Minute {
+				t.Fatalf("requeue after %s, want by the end of the holder's quiet period", out.RequeueAfter)
+			}
+			c.then(w)
+			got := changes(w.step(), OpGrant, lease.KindStage)
+			if c.wantGrant != (len(got) == 1) {
+				t.Fatalf("stage grants %+v, want a grant: %v", got, c.wantGrant)
+			}
+		})
+	}
+}
+
 // stagedWorld: n nodes with imgV1 staged download-only in the current boot.
 func stagedWorld(n, maxUnavailable int) *world {
 	w := settled(n, maxUnavailable, n)
