@@ -49,7 +49,13 @@ type poolReconciler struct {
 func (r *poolReconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("bootcnodepool").
-		WithOptions(controller.Options{SkipNameValidation: ptrTrue(), MaxConcurrentReconciles: r.opts.Workers}).
+		// A FIFO queue, not controller-runtime's priority queue: that one
+		// puts every pool read at startup behind every pool with an event,
+		// for good. After a restart, a pool with no events of its own (a
+		// new pool: its nodes have no BootcNodes to report on yet) then
+		// waits as long as busy pools keep the workers occupied, which under
+		// load can be minutes. Pools take turns here.
+		WithOptions(controller.Options{SkipNameValidation: ptrTrue(), MaxConcurrentReconciles: r.opts.Workers, UsePriorityQueue: ptrFalse()}).
 		For(&fleetv1.BootcNodePool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNode), builder.WithPredicates(nodeChanged())).
 		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode)).
@@ -58,7 +64,8 @@ func (r *poolReconciler) setup(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-func ptrTrue() *bool { t := true; return &t }
+func ptrTrue() *bool  { t := true; return &t }
+func ptrFalse() *bool { f := false; return &f }
 
 // poolsOfNode maps a Node to every pool whose selector matches it, and to the
 // pool of its BootcNode (so a node leaving a pool reaches that pool).

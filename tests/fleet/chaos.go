@@ -160,6 +160,11 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		}
 	}
 	p.Create("v2", opts)
+	firstReconcile := make(chan time.Duration, 1)
+	go func(created time.Time) {
+		waitFor(ctx, 5*time.Minute, func() bool { return p.Status().ObservedGeneration > 0 })
+		firstReconcile <- time.Since(created)
+	}(time.Now())
 
 	// The fault schedule: each entry fires at a random moment.
 	type event struct {
@@ -261,6 +266,10 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 				fin.Nodes[n] = fn
 			}
 		}
+	}
+	select {
+	case res.FirstReconcile = <-firstReconcile:
+	default: // never reconciled: the liveness problem above says so
 	}
 	res.Violations = invariant.Check(p.Events(), map[string]invariant.Pool{name: budget}, fin)
 	res.Reboots = p.Reboots()

@@ -18,6 +18,9 @@ type Result struct {
 	Problems   []string // anything else that failed (timeouts, reboot counts)
 	Reboots    map[string]int
 	Duration   time.Duration
+	// FirstReconcile is how long the pool waited for the coordinator's
+	// first status write (0: not measured).
+	FirstReconcile time.Duration
 }
 
 // Failed reports whether anything went wrong.

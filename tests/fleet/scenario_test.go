@@ -138,7 +138,9 @@ func TestChaos(t *testing.T) {
 		return r, faults
 	})
 	tally := map[FaultKind]int{}
+	var slowestFirst time.Duration
 	for r := range results {
+		slowestFirst = max(slowestFirst, r.FirstReconcile)
 		mu.Lock()
 		faults := faultsOf[r.Seed]
 		mu.Unlock()
@@ -156,8 +158,8 @@ func TestChaos(t *testing.T) {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(kinds)
-	fmt.Printf("chaos: %d seeds, %d failed %v, in %s\nchaos: faults injected: %s\n",
-		len(all), len(failed), failed, time.Since(start).Round(time.Second), strings.Join(kinds, ", "))
+	fmt.Printf("chaos: %d seeds, %d failed %v, in %s; longest wait of a new pool for its first reconcile %s\nchaos: faults injected: %s\n",
+		len(all), len(failed), failed, time.Since(start).Round(time.Second), slowestFirst.Round(time.Millisecond), strings.Join(kinds, ", "))
 }
 
 // TestChaosClusterFaults runs chaos seeds that may also crash the
