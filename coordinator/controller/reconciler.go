@@ -172,6 +172,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			// Someone else changed a Lease or the pool since we read it:
 			// read again and plan again.
 			log.V(1).Info("conflict, replanning", "error", err.Error())
+			metrics.Conflicts.WithLabelValues(req.Name).Inc()
 			return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
 		}
 		return reconcile.Result{}, err

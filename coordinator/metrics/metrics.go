@@ -83,13 +83,23 @@ var (
 		Name:      "revokes_total",
 		Help:      "Slot grants revoked before completion, by pool and reason (e.g. ImageChanged).",
 	}, []string{LabelPool, LabelReason})
+
+	// Conflicts counts reconciles cut short because a Lease or the pool
+	// changed between the read and the write (then the pool is planned
+	// again from a fresh read). A high rate means agents and the
+	// coordinator write the same Leases at once.
+	Conflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Name:      "conflicts_total",
+		Help:      "Reconciles cut short by a write conflict and planned again, by pool.",
+	}, []string{LabelPool})
 )
 
 // vecs lists every collector, for registration and ForgetPool.
 var vecs = []interface {
 	prometheus.Collector
 	DeletePartialMatch(prometheus.Labels) int
-}{SlotsHeld, NodesByPhase, GrantLatency, DrainDuration, Failures, Grants, Revokes}
+}{SlotsHeld, NodesByPhase, GrantLatency, DrainDuration, Failures, Grants, Revokes, Conflicts}
 
 func init() {
 	for _, v := range vecs {

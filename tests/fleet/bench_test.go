@@ -60,7 +60,16 @@ func BenchmarkFleetRollout(b *testing.B) {
 		b.ReportMetric(float64(n)/took.Minutes(), "nodes/min")
 		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(n)/1024, "heap_KiB/node")
 		fmt.Fprintf(os.Stderr, "fleet rollout: %d nodes in %s\n", n, took.Round(time.Second))
+		if rec, conf, err := CoordinatorCounts(); err == nil {
+			fmt.Fprintf(os.Stderr, "fleet rollout: %d pool reconciles, %d cut short by a write conflict\n", rec, conf)
+		}
+		if reqs, err := f.APIRequests(context.Background()); err != nil {
+			b.Log(err)
+		} else {
+			fmt.Fprintf(os.Stderr, "fleet rollout: API requests, setup included: %s\n", FormatRequests(reqs, 10))
+		}
 		f.Stop()
+		b.StartTimer() // b.Loop must find the timer running
 	}
 }
 
