@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
 
@@ -25,7 +27,15 @@ func BenchmarkFleetRollout(b *testing.B) {
 	}
 	for b.Loop() {
 		b.StopTimer()
-		f := Start(b, Options{})
+		// Periodic work at production intervals: the chaos tests compress
+		// report and lease intervals so expiries happen within a test, which
+		// at 1,000 nodes makes the harness, not the product, the load.
+		f := Start(b, Options{
+			Coordinator: func(o *controller.Options) {
+				o.LeaseDuration, o.RequeueInterval = controller.DefaultLeaseDuration, controller.DefaultRequeueInterval
+			},
+			Agent: func(c *agent.Config) { c.ReportInterval, c.PollInterval = 5*time.Minute, time.Minute },
+		})
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)

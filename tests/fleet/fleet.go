@@ -58,6 +58,7 @@ type Fleet struct {
 	dir         string
 	coordCfg    *rest.Config
 	coordOpts   controller.Options
+	agentOpts   func(*agent.Config)
 	coordCancel context.CancelFunc
 	coordDone   chan struct{}
 	logger      *slog.Logger
@@ -80,6 +81,8 @@ type Options struct {
 	Env *envtest.Env
 	// Coordinator adjusts the coordinator's options.
 	Coordinator func(*controller.Options)
+	// Agent adjusts every agent's configuration.
+	Agent func(*agent.Config)
 }
 
 // PoolOptions configure one pool.
@@ -161,6 +164,7 @@ func Start(tb testing.TB, opts Options) *Fleet {
 	if opts.Coordinator != nil {
 		opts.Coordinator(&f.coordOpts)
 	}
+	f.agentOpts = opts.Agent
 	go FinishPodDeletions(ctx, f.Kube, 50*time.Millisecond)
 	if err := Record(ctx, f.Kube, f.Log, poolOfNode); err != nil {
 		tb.Fatal(err)
@@ -223,12 +227,16 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 		logger: f.logger.With("node", nodeName),
 	}
 	n.agentCfg = func() agent.Config {
-		return agent.Config{
+		c := agent.Config{
 			NodeName: nodeName, RESTConfig: cfg, StateDir: stateDir,
 			PollInterval: 2 * time.Second, SettleTimeout: 90 * time.Second, RebootTimeout: time.Minute,
 			RereadInterval: 200 * time.Millisecond, ReportInterval: 10 * time.Second, StageRetry: 500 * time.Millisecond,
 			CommandTimeout: 30 * time.Second, Version: "fleet-sim",
 		}
+		if f.agentOpts != nil {
+			f.agentOpts(&c)
+		}
+		return c
 	}
 	if err := n.Kubelet.Register(f.ctx, m.BootID()); err != nil {
 		return nil, err
