@@ -161,9 +161,12 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	}
 	p.Create("v2", opts)
 	firstReconcile := make(chan time.Duration, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
 	go func(created time.Time) {
-		waitFor(ctx, 5*time.Minute, func() bool { return p.Status().ObservedGeneration > 0 })
-		firstReconcile <- time.Since(created)
+		if waitFor(watchCtx, 5*time.Minute, func() bool { return p.Status().ObservedGeneration > 0 }) {
+			firstReconcile <- time.Since(created)
+		}
 	}(time.Now())
 
 	// The fault schedule: each entry fires at a random moment.

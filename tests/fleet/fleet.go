@@ -336,6 +336,9 @@ func (f *Fleet) RestartCoordinator(pause time.Duration) {
 	defer f.restart.Unlock()
 	f.StopCoordinator()
 	time.Sleep(pause)
+	if f.ctx.Err() != nil {
+		return // the fleet stopped meanwhile: nothing may start again
+	}
 	f.StartCoordinator()
 }
 

@@ -216,9 +216,7 @@ func CoordinatorRestart(ctx context.Context, f *Fleet, seed int64) Result {
 	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 2 }) {
 		res.Problems = append(res.Problems, "rollout did not start")
 	}
-	f.StopCoordinator()
-	time.Sleep(2 * time.Second)
-	f.StartCoordinator()
+	f.RestartCoordinator(2 * time.Second)
 	if !waitFor(ctx, 90*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, "did not converge after the restart; waiting for "+waiting)
