@@ -83,10 +83,10 @@ type Deps struct {
 }
 
 // Step is a disruptive step the agent is about to take: "stage", "apply",
-// "reboot" or "soft-reboot". Each is taken only after the agent renewed the
-// grant it acts under with an update of the version it had just read: the
-// update's success proves the API server held exactly this grant at that
-// moment. ResourceVersion is the version that renew produced.
+// "reboot" or "soft-reboot". Each is taken only after a consistent read of
+// the grant's Lease (a GET without resourceVersion, answered from etcd)
+// showed exactly this grant: the API server held it at that moment.
+// ResourceVersion is the version that read returned.
 type Step struct {
 	Kind            string
 	Lease           string
@@ -117,8 +117,13 @@ type Config struct {
 	// status. Default 2s.
 	RereadInterval time.Duration
 	// ReportInterval is the longest time between two status reports when
-	// nothing changes. Default 5m.
+	// nothing changes and the node has no rollout work. Default 5m.
 	ReportInterval time.Duration
+	// ActiveReportInterval is the longest time between two reports while
+	// the node has rollout work (any phase but Idle). While the agent holds
+	// a grant it also reports lease.HeartbeatsPerLease times per lease
+	// duration. Default 15s.
+	ActiveReportInterval time.Duration
 	// StageRetry is the first delay after a failed stage (doubling, at most
 	// 10m). Default 30s.
 	StageRetry time.Duration
@@ -146,6 +151,7 @@ func (c *Config) defaults() error {
 	set(&c.RebootTimeout, 15*time.Minute)
 	set(&c.RereadInterval, 2*time.Second)
 	set(&c.ReportInterval, 5*time.Minute)
+	set(&c.ActiveReportInterval, 15*time.Second)
 	set(&c.StageRetry, 30*time.Second)
 	set(&c.CommandTimeout, 5*time.Minute)
 	return nil

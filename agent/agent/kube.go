@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -21,16 +22,22 @@ import (
 )
 
 // kube is the agent's view of the API server: an informer on its own
-// BootcNode (field selector) and one on the Leases labelled with its name.
-// Nothing else is read or written.
+// BootcNode (field selector) and one on the Leases labelled with its name,
+// consistent reads of single Leases, and patches of its own BootcNode's
+// status. It writes nothing else: no Lease (docs/design.md, amendment 8).
 type kube struct {
 	node   string
+	host   string
 	leases kubernetes.Interface
 	fleet  rest.Interface
 
 	nodeInf, leaseInf cache.SharedIndexInformer
 
 	pokes chan struct{}
+
+	mu        sync.Mutex
+	listErrs  map[string]error // by informer: the last list/watch failure, nil once it works
+	listSince map[string]time.Time
 }
 
 func newKube(cfg *rest.Config, node string) (*kube, error) {
@@ -54,7 +61,8 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &kube{node: node, leases: cs, fleet: fleet, pokes: make(chan struct{}, 1)}
+	k := &kube{node: node, host: cfg.Host, leases: cs, fleet: fleet, pokes: make(chan struct{}, 1),
+		listErrs: map[string]error{}, listSince: map[string]time.Time{}}
 	nodeLW := cache.NewListWatchFromClient(fleet, "bootcnodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", node))
 	k.nodeInf = cache.NewSharedIndexInformer(nodeLW, &fleetv1.BootcNode{}, 0, cache.Indexers{})
@@ -72,7 +80,56 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 	if _, err := k.leaseInf.AddEventHandler(h); err != nil {
 		return nil, err
 	}
+	for name, inf := range map[string]cache.SharedIndexInformer{"bootcnodes": k.nodeInf, "leases": k.leaseInf} {
+		name := name
+		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			k.noteListErr(name, err)
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}); err != nil {
+			return nil, err
+		}
+	}
 	return k, nil
+}
+
+// noteListErr remembers why an informer's list or watch failed, so the
+// agent can say so (STATUS=, its BootcNode's APIAccess condition).
+func (k *kube) noteListErr(informer string, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.listErrs[informer] == nil {
+		k.listSince[informer] = time.Now()
+	}
+	k.listErrs[informer] = err
+	k.poke()
+}
+
+// listErrors returns the informers' current failures; an informer that
+// synced since its last failure counts as working again.
+func (k *kube) listErrors() map[string]error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]error{}
+	for name, err := range k.listErrs {
+		inf := k.leaseInf
+		if name == "bootcnodes" {
+			inf = k.nodeInf
+		}
+		// A watch that broke after a good list heals by itself and is not
+		// a refusal; keep only failures while unsynced or refusals.
+		if err != nil && (!inf.HasSynced() || refused(err)) {
+			out[name] = err
+		}
+	}
+	return out
+}
+
+// clearListErr forgets an informer's failure once a later request shows
+// access works again (a confirm read of a Lease, a status patch).
+func (k *kube) clearListErr(informer string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.listErrs, informer)
 }
 
 func (k *kube) poke() {
@@ -114,23 +171,12 @@ func (k *kube) cachedLeases() []*coordinationv1.Lease {
 	return out
 }
 
-// renew reads the Lease fresh and updates its renewTime (nothing else) on
-// the object just read, so a concurrent change by the coordinator makes the
-// update fail with a conflict instead of being overwritten. It returns the
-// updated Lease.
-func (k *kube) renew(ctx context.Context, name string, now time.Time) (fresh, updated *coordinationv1.Lease, err error) {
-	leases := k.leases.CoordinationV1().Leases(lease.Namespace)
-	l, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	fresh = l.DeepCopy()
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != k.node {
-		return fresh, nil, nil // no longer ours: nothing to renew
-	}
-	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
-	u, err := leases.Update(ctx, l, metav1.UpdateOptions{})
-	return fresh, u, err
+// readLease is a consistent read of one slot Lease: a GET without a
+// resourceVersion, which the API server answers from etcd with a quorum
+// read, never from its watch cache, so it reflects every write that
+// completed before it (the informer's copy may lag behind).
+func (k *kube) readLease(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	return k.leases.CoordinationV1().Leases(lease.Namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // patchStatus writes the whole agent-owned status with a merge patch on the
@@ -141,7 +187,12 @@ func (k *kube) patchStatus(ctx context.Context, st statusReport) error {
 	if err != nil {
 		return err
 	}
-	err = k.fleet.Patch(types.MergePatchType).Resource("bootcnodes").Name(k.node).SubResource("status").
+	return k.patchStatusRaw(ctx, body)
+}
+
+// patchStatusRaw sends a merge patch to this node's BootcNode status.
+func (k *kube) patchStatusRaw(ctx context.Context, body []byte) error {
+	err := k.fleet.Patch(types.MergePatchType).Resource("bootcnodes").Name(k.node).SubResource("status").
 		Body(body).Do(ctx).Error()
 	if err != nil {
 		return fmt.Errorf("patching BootcNode %s status: %w", k.node, err)
@@ -161,6 +212,7 @@ type statusReport struct {
 	Reason             string
 	Message            string
 	Conditions         []metav1.Condition
+	Grants             []fleetv1.GrantInUse
 	AgentVersion       string
 	LastReportTime     time.Time
 }
@@ -176,6 +228,10 @@ func (s statusReport) fields() map[string]any {
 	if conds == nil {
 		conds = []metav1.Condition{}
 	}
+	grants := s.Grants
+	if grants == nil {
+		grants = []fleetv1.GrantInUse{}
+	}
 	return map[string]any{
 		"observedGeneration": s.ObservedGeneration,
 		"bootID":             s.BootID,
@@ -187,8 +243,9 @@ func (s statusReport) fields() map[string]any {
 		"reason":             s.Reason,
 		"message":            s.Message,
 		"conditions":         conds,
+		"grants":             grants,
 		"agentVersion":       s.AgentVersion,
-		"lastReportTime":     metav1.NewTime(s.LastReportTime),
+		"lastReportTime":     metav1.NewMicroTime(s.LastReportTime),
 	}
 }
 

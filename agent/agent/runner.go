@@ -2,16 +2,11 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
 	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/agent/decide"
@@ -39,18 +34,9 @@ const maxImmediate = 5
 // hold the loop (and its watchdog) for long.
 const apiTimeout = 10 * time.Second
 
-// held is a grant as the agent last renewed it.
-type held struct {
-	grant     lease.Grant
-	lastRenew time.Time
-	// rvs are resource versions known to carry this grant unchanged (the
-	// one read before the renew and the one the renew produced), so the
-	// informer catching up does not trigger another renew.
-	rvs []string
-}
-
 type stageRun struct {
 	image  imageref.Pinned
+	grant  lease.ID
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -61,7 +47,13 @@ type runner struct {
 	kube *kube
 	log  *slog.Logger
 
-	held       map[string]*held
+	held map[string]*held
+	// leaseDuration is the duration of the last grant seen: the agent keeps
+	// its heartbeat pace while a revoked stage is still winding down.
+	leaseDuration time.Duration
+	// refusals are API requests the server refused, by request, until the
+	// same request succeeds (the APIAccess condition).
+	refusals   map[string]string
 	malformed  []string
 	stage      *stageRun
 	stageFail  *decide.StageFailure
@@ -86,11 +78,12 @@ type runner struct {
 
 func newRunner(cfg Config, deps Deps, k *kube) *runner {
 	return &runner{
-		cfg:  cfg,
-		deps: deps,
-		kube: k,
-		log:  deps.Log.With("node", cfg.NodeName),
-		held: map[string]*held{},
+		cfg:      cfg,
+		deps:     deps,
+		kube:     k,
+		log:      deps.Log.With("node", cfg.NodeName),
+		held:     map[string]*held{},
+		refusals: map[string]string{},
 	}
 }
 
@@ -125,7 +118,7 @@ func (r *runner) run(ctx context.Context) error {
 			if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < sleep {
 				sleep = wd / 2
 			}
-			if d := r.renewDue(); d < sleep {
+			if d := r.reportDue(); d < sleep {
 				sleep = d
 			}
 			if sleep < 10*time.Millisecond {
@@ -135,7 +128,7 @@ func (r *runner) run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if woke || !r.now().Before(nextRound) || r.renewDue() <= 0 {
+			if woke || !r.now().Before(nextRound) || r.reportDue() <= 0 {
 				break
 			}
 			_ = r.deps.Notifier.Watchdog()
@@ -175,25 +168,73 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) (woke, ok bool) {
 }
 
 // waitSynced waits for the first list of the BootcNode and the Leases, so no
-// decision runs on an empty view of the API server.
+// decision runs on an empty view of the API server. Boot must not wait for
+// the API server, though: systemd orders multi-user.target after this
+// unit's start job, so READY=1 goes out as soon as the host side works (a
+// fresh bootc status in the current boot), and STATUS= says what the agent
+// is still waiting for. Nothing disruptive can happen before the lists.
 func (r *runner) waitSynced(ctx context.Context) bool {
-	logged := false
+	var lastProbe time.Time
 	for !r.kube.synced() {
 		_ = r.deps.Notifier.Watchdog()
+		if lastProbe.IsZero() || r.deps.Clock.Since(lastProbe) >= max(r.cfg.RereadInterval, time.Second) {
+			lastProbe = r.now()
+			r.probeHost(ctx)
+		}
 		t := r.deps.Clock.NewTimer(100 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
+		case <-r.kube.pokes:
+			t.Stop()
 		case <-t.C():
-		}
-		if !logged && r.deps.Clock.Since(r.started) > 10*time.Second {
-			r.log.Info("waiting for the API server (listing the BootcNode and the Leases)")
-			_ = r.deps.Notifier.Status("Waiting for the API server")
-			logged = true
 		}
 	}
 	return true
+}
+
+// probeHost reads the boot identity and bootc status while the API server is
+// not yet listed: READY=1 once they read fresh, and a STATUS= line naming
+// what the agent waits for.
+func (r *runner) probeHost(ctx context.Context) {
+	hostState := ""
+	before, _, err := r.identity(ctx)
+	if err == nil {
+		_, err = r.readStatus(ctx)
+	}
+	if err == nil {
+		after, _, idErr := r.identity(ctx)
+		if idErr != nil || after != before {
+			err = fmt.Errorf("the boot changed while reading bootc status")
+		}
+	}
+	if err != nil {
+		hostState = "; host not ready: " + err.Error()
+	} else if !r.ready {
+		if nerr := r.deps.Notifier.Ready(); nerr != nil {
+			r.log.Error("sd_notify READY failed", "err", nerr)
+		}
+		r.ready = true
+		r.log.Info("ready: bootc status read fresh in this boot; waiting for the API server before acting")
+	}
+	why := "no answer yet"
+	var errs []string
+	for inf, e := range r.kube.listErrors() {
+		errs = append(errs, inf+": "+e.Error())
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		why = strings.Join(errs, "; ")
+	}
+	line := truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.kube.host, why, hostState), 512)
+	if line != r.lastNotify {
+		_ = r.deps.Notifier.Status(line)
+		r.lastNotify = line
+		if r.deps.Clock.Since(r.started) > 5*time.Second {
+			r.log.Info("waiting for the API server", "server", r.kube.host, "why", why)
+		}
+	}
 }
 
 func (r *runner) shutdown() {
@@ -218,8 +259,7 @@ func (r *runner) stageDone() <-chan error {
 // once; next is when to look again at the latest.
 func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	_ = r.deps.Notifier.Watchdog()
-	now := r.now()
-	r.renewGrants(ctx, now)
+	r.syncGrants()
 	obs, st, ok := r.observe(ctx)
 	act := decide.Decide(obs)
 	if ok && !r.ready && r.kube.synced() && obs.Status.Unavailable == "" && obs.Status.ReadIn == obs.Boot {
@@ -231,7 +271,9 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	}
 	r.explain(act)
 	again, next = r.carryOut(ctx, obs, act)
-	r.report(ctx, obs, st, act)
+	if r.report(ctx, obs, st, act) {
+		again = true // a grant just got its first heartbeat: use it now
+	}
 	return again, next
 }
 
@@ -389,110 +431,6 @@ func statusOf(st bootc.Status, in decide.BootIdentity) decide.Status {
 	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged)}
 }
 
-// grants returns the held grants that the informer still shows unchanged.
-func (r *runner) grants() []decide.HeldGrant {
-	var out []decide.HeldGrant
-	names := make([]string, 0, len(r.held))
-	for n := range r.held {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		h := r.held[n]
-		out = append(out, decide.HeldGrant{Grant: h.grant, LastRenew: h.lastRenew})
-	}
-	return out
-}
-
-// renewGrants reconciles the held grants with the informer's Leases: a grant
-// seen for the first time or changed is read fresh and renewed before it is
-// used; a grant that disappeared (revoked, released) is dropped at once; the
-// others are renewed every duration/3.
-func (r *runner) renewGrants(ctx context.Context, now time.Time) {
-	seen := map[string]bool{}
-	r.malformed = r.malformed[:0]
-	boot, _ := r.deps.Host.BootID()
-	for _, l := range r.kube.cachedLeases() {
-		g, err := lease.Parse(l)
-		switch {
-		case errors.Is(err, lease.ErrMalformed):
-			r.malformed = append(r.malformed, l.Name+": "+err.Error())
-			continue
-		case err != nil || g.Holder != r.cfg.NodeName:
-			continue
-		}
-		seen[l.Name] = true
-		h := r.held[l.Name]
-		switch {
-		case h == nil || !containsRV(h.rvs, l.ResourceVersion):
-			r.renew(ctx, l.Name, now)
-		case g.BootID == boot && now.Sub(h.lastRenew) >= g.Duration/3:
-			r.renew(ctx, l.Name, now)
-		}
-	}
-	for n := range r.held {
-		if !seen[n] {
-			r.log.Info("grant gone", "lease", n, "grant", r.held[n].grant.ID.String())
-			delete(r.held, n)
-		}
-	}
-	if len(r.malformed) > 0 {
-		sort.Strings(r.malformed)
-	}
-}
-
-func (r *runner) renew(ctx context.Context, name string, now time.Time) {
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	fresh, updated, err := r.kube.renew(cctx, name, now)
-	if apierrors.IsNotFound(err) || (err == nil && updated == nil) {
-		delete(r.held, name)
-		return
-	}
-	if err != nil {
-		// A conflict means the coordinator changed the grant: the next
-		// round reads it again. Until a renew succeeds the grant ages out.
-		r.log.Info("renew failed", "lease", name, "err", err)
-		if h := r.held[name]; h != nil && fresh != nil {
-			if g, perr := lease.Parse(fresh); perr != nil || g.ID != h.grant.ID || g.Image != h.grant.Image || g.Phase != h.grant.Phase || g.Failure != h.grant.Failure {
-				delete(r.held, name) // what we hold is no longer what the API server has
-			}
-		}
-		return
-	}
-	g, err := lease.Parse(updated)
-	if err != nil || g.Holder != r.cfg.NodeName {
-		delete(r.held, name)
-		return
-	}
-	if old := r.held[name]; old == nil || old.grant.ID != g.ID || old.grant.Phase != g.Phase || old.grant.Image != g.Image {
-		r.log.Info("grant held", "lease", name, "grant", g.ID.String(), "kind", string(g.Kind), "image", g.Image.String(),
-			"phase", string(g.Phase), "bootID", g.BootID)
-	}
-	r.held[name] = &held{grant: g, lastRenew: now, rvs: []string{fresh.ResourceVersion, updated.ResourceVersion}}
-}
-
-func containsRV(rvs []string, rv string) bool {
-	for _, v := range rvs {
-		if v == rv {
-			return true
-		}
-	}
-	return false
-}
-
-// renewDue is the time until the next renew.
-func (r *runner) renewDue() time.Duration {
-	due := time.Duration(1<<62 - 1)
-	now := r.now()
-	for _, h := range r.held {
-		if d := h.lastRenew.Add(h.grant.Duration / 3).Sub(now); d < due {
-			due = d
-		}
-	}
-	return due
-}
-
 // carryOut performs the action.
 func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Action) (again bool, next time.Duration) {
 	next = r.cfg.PollInterval
@@ -501,7 +439,7 @@ func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Ac
 	case decide.RereadLater:
 		next = r.cfg.RereadInterval
 	case decide.Stage:
-		if !r.startStage(ctx, o, a.Image) {
+		if !r.startStage(ctx, o, a) {
 			return true, r.cfg.RereadInterval
 		}
 	case decide.CancelStage:
@@ -515,69 +453,15 @@ func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Ac
 	return false, next
 }
 
-func (r *runner) startStage(ctx context.Context, o decide.Observation, img imageref.Pinned) bool {
-	g, ok := r.stageGrant(o, img)
-	if !ok || !r.confirm(ctx, g, "stage", o.Boot.BootID) {
+func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.Action) bool {
+	g, ok := r.heldGrant(a.Grant)
+	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot.BootID) {
 		return false
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &stageRun{image: img, cancel: cancel, done: make(chan error, 1)}
+	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1)}
 	r.stage = s
-	go func() { s.done <- r.deps.Bootc.Switch(sctx, img) }()
-	return true
-}
-
-// stageGrant finds the held stage grant the decision to stage img relied on.
-func (r *runner) stageGrant(o decide.Observation, img imageref.Pinned) (lease.Grant, bool) {
-	for _, h := range o.Grants {
-		c := lease.Check{Node: r.cfg.NodeName, Action: lease.ActionStage, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastRenew: h.LastRenew}
-		if h.Grant.Allows(c) == nil {
-			return h.Grant, true
-		}
-	}
-	return lease.Grant{}, false
-}
-
-// heldGrant returns the held grant with this identity.
-func (r *runner) heldGrant(id lease.ID) (lease.Grant, bool) {
-	h := r.held[id.Lease]
-	if h == nil || h.grant.ID != id {
-		return lease.Grant{}, false
-	}
-	return h.grant, true
-}
-
-// confirm renews want right before a disruptive step. The renew updates the
-// version just read, so it succeeds only if the API server still holds this
-// exact grant (same identity, image, phase and boot): a revoke made after
-// the informer last looked cannot slip through. On success the step is
-// traced and logged with the version the renew produced.
-func (r *runner) confirm(ctx context.Context, want lease.Grant, step, bootID string) bool {
-	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	now := r.now()
-	fresh, updated, err := r.kube.renew(cctx, want.Lease, now)
-	var g lease.Grant
-	if err == nil && updated != nil {
-		g, err = lease.Parse(updated)
-	}
-	if err != nil || updated == nil || g.ID != want.ID || g.Image != want.Image || g.Phase != want.Phase ||
-		g.BootID != want.BootID || g.Failure != want.Failure || g.Holder != r.cfg.NodeName {
-		r.log.Info("grant not confirmed; not acting", "step", step, "lease", want.Lease, "grant", want.ID.String(), "err", err)
-		delete(r.held, want.Lease)
-		return false
-	}
-	rvs := []string{updated.ResourceVersion}
-	if fresh != nil {
-		rvs = append(rvs, fresh.ResourceVersion)
-	}
-	r.held[want.Lease] = &held{grant: g, lastRenew: now, rvs: rvs}
-	r.log.Info("grant confirmed", "step", step, "lease", want.Lease, "resourceVersion", updated.ResourceVersion,
-		"grant", g.ID.String(), "image", g.Image.String(), "bootID", bootID)
-	if r.deps.Trace != nil {
-		r.deps.Trace(Step{Kind: step, Lease: want.Lease, ResourceVersion: updated.ResourceVersion, Grant: g.ID,
-			Image: g.Image.String(), BootID: bootID})
-	}
+	go func() { s.done <- r.deps.Bootc.Switch(sctx, a.Image) }()
 	return true
 }
 
@@ -589,13 +473,20 @@ func (r *runner) stageFinished(err error) {
 	}
 	s.cancel()
 	if err != nil {
+		attempts := 1
+		if f := r.stageFail; f != nil && f.Grant == s.grant && f.Image == s.image {
+			attempts = f.Attempts + 1
+		} else {
+			r.stageDelay = 0
+		}
 		if r.stageDelay == 0 {
 			r.stageDelay = r.cfg.StageRetry
 		} else if r.stageDelay *= 2; r.stageDelay > 10*time.Minute {
 			r.stageDelay = 10 * time.Minute
 		}
-		r.stageFail = &decide.StageFailure{Image: s.image, Message: err.Error(), RetryAt: r.now().Add(r.stageDelay)}
-		r.log.Error("stage failed", "image", s.image.String(), "err", err, "retryIn", r.stageDelay)
+		r.stageFail = &decide.StageFailure{Image: s.image, Grant: s.grant, Attempts: attempts, Message: err.Error(), RetryAt: r.now().Add(r.stageDelay)}
+		r.log.Error("stage failed", "image", s.image.String(), "grant", s.grant.String(), "attempt", attempts,
+			"of", lease.MaxStageAttempts, "err", err, "retryIn", r.stageDelay)
 		return
 	}
 	r.stageFail, r.stageDelay = nil, 0
@@ -669,7 +560,7 @@ func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a dec
 		return true
 	}
 	g, ok := r.heldGrant(a.Grant)
-	if !ok || !r.confirm(ctx, g, "apply", o.Boot.BootID) {
+	if !ok || !r.confirm(ctx, g, lease.ActionReboot, "apply", a.Image.String(), o.Boot.BootID) {
 		return true
 	}
 	actx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
@@ -688,7 +579,7 @@ func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a dec
 	if a.Soft {
 		step = "soft-reboot"
 	}
-	if !r.confirm(ctx, g, step, o.Boot.BootID) {
+	if g, ok = r.heldGrant(a.Grant); !ok || !r.confirm(ctx, g, lease.ActionReboot, step, a.Image.String(), o.Boot.BootID) {
 		return true
 	}
 	rctx, rcancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
@@ -730,72 +621,4 @@ func (r *runner) stagedIs(ctx context.Context, boot decide.BootIdentity, img ima
 		r.log.Error("could not clear the reboot record", "err", cerr)
 	}
 	return false
-}
-
-// report patches BootcNode.status when it changed (or every ReportInterval)
-// and sends STATUS= when the phase or message changed.
-func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Status, a decide.Action) {
-	msg := a.Message
-	if len(r.malformed) > 0 {
-		msg += fmt.Sprintf(" (ignoring %d malformed lease(s))", len(r.malformed))
-	}
-	line := string(a.Phase) + ": " + msg
-	if line != r.lastNotify {
-		if err := r.deps.Notifier.Status(line); err != nil {
-			r.log.Error("sd_notify STATUS failed", "err", err)
-		}
-		r.lastNotify = line
-	}
-	n := r.kube.bootcNode()
-	if n == nil {
-		return // the coordinator has not created it yet
-	}
-	rep := statusReport{
-		ObservedGeneration: n.Generation,
-		BootID:             o.Boot.BootID,
-		SoftRebootCount:    o.Boot.SoftRebootCount,
-		Phase:              a.Phase,
-		Reason:             a.Reason,
-		Message:            msg,
-		AgentVersion:       r.cfg.Version,
-		LastReportTime:     r.now(),
-	}
-	if st.Booted != nil || st.Staged != nil || st.Rollback != nil {
-		rep.Booted, rep.Staged, rep.Rollback = deployment(st.Booted), deployment(st.Staged), deployment(st.Rollback)
-	} else if r.reported {
-		rep.Booted, rep.Staged, rep.Rollback = r.lastReport.Booted, r.lastReport.Staged, r.lastReport.Rollback
-	}
-	conds := append([]metav1.Condition(nil), n.Status.Conditions...)
-	c := metav1.Condition{Type: ConditionGrantsReadable, Status: metav1.ConditionTrue, Reason: ReasonGrantsValid,
-		Message: "every lease labelled with this node follows the slot protocol", ObservedGeneration: n.Generation}
-	if len(r.malformed) > 0 {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonMalformedGrant, "ignored: "+strings.Join(r.malformed, "; ")
-	}
-	meta.SetStatusCondition(&conds, c)
-	rep.Conditions = conds
-	if r.reported && rep.sameAs(r.lastReport) && r.now().Sub(r.lastReportAt) < r.cfg.ReportInterval {
-		return
-	}
-	pctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	if err := r.kube.patchStatus(pctx, rep); err != nil {
-		r.log.Info("status report failed", "err", err)
-		return
-	}
-	r.lastReport, r.lastReportAt, r.reported = rep, r.now(), true
-}
-
-func deployment(e *bootc.Entry) *fleetv1.Deployment {
-	if e == nil {
-		return nil
-	}
-	d := &fleetv1.Deployment{
-		Image: e.Image, Digest: e.Digest, Version: e.Version,
-		DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
-	}
-	if e.Timestamp != nil {
-		t := metav1.NewTime(*e.Timestamp)
-		d.Timestamp = &t
-	}
-	return d
 }

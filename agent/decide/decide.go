@@ -77,19 +77,29 @@ type RecordState struct {
 	Soft       bool
 }
 
-// HeldGrant is a parsed grant for this node with the agent's own last
-// successful renew of its Lease.
+// HeldGrant is a parsed grant for this node with the time the agent sent its
+// last accepted status report that listed it (docs/design.md, amendment 8).
 type HeldGrant struct {
 	lease.Grant
-	LastRenew time.Time
+	LastHeartbeat time.Time
 }
 
 // StageFailure is the last failed stage, so a failing download is retried
-// with a delay instead of at once.
+// with a delay instead of at once, and given up after lease.MaxStageAttempts
+// under one grant.
 type StageFailure struct {
-	Image   imageref.Pinned
-	Message string
-	RetryAt time.Time
+	Image imageref.Pinned
+	// Grant is the stage grant the attempts ran under; Attempts counts the
+	// consecutive failures under it.
+	Grant    lease.ID
+	Attempts int
+	Message  string
+	RetryAt  time.Time
+}
+
+// exhausted: the stage under grant id failed too often to try again.
+func (f *StageFailure) exhausted(id lease.ID) bool {
+	return f != nil && f.Grant == id && f.Attempts >= lease.MaxStageAttempts
 }
 
 // Verdict is a Degraded result the agent keeps for the rest of a boot (for
@@ -165,7 +175,7 @@ type Action struct {
 	Message string
 
 	Image       imageref.Pinned // Stage, ApplyAndReboot
-	Grant       lease.ID        // ApplyAndReboot
+	Grant       lease.ID        // Stage, ApplyAndReboot: the grant it runs under
 	Soft        bool            // ApplyAndReboot
 	WriteRecord bool            // ApplyAndReboot: first use of the grant
 	MarkSpent   bool            // ClearRecord: the record's grant was used by a reboot
@@ -282,9 +292,9 @@ func rebootPending(o Observation) Action {
 			Image: r.Image, Grant: g.ID, Soft: r.Soft,
 			Message: "rebooting into " + short(r.Image) + " under " + g.ID.String() + " (recorded in this boot, not yet rebooted)"}
 	case errors.Is(err, lease.ErrExpired):
-		// The grant itself is unchanged; only our renew is old (API outage).
+		// The grant itself is unchanged; only our last heartbeat is old (API outage).
 		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: ReasonRenewing,
-			Message: "reboot into " + short(r.Image) + " recorded; renewing " + r.Grant.String() + " before rebooting"}
+			Message: "reboot into " + short(r.Image) + " recorded; reporting " + r.Grant.String() + " to the API server before rebooting"}
 	}
 	a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingReboot,
 		Message: "reboot grant " + r.Grant.String() + " was revoked before the reboot (" + err.Error() + "); dropped the record"}
@@ -360,9 +370,20 @@ func staged(o Observation) Action {
 // stageOrWait is rule 5.
 func stageOrWait(o Observation) Action {
 	img := o.Desired.Image
-	if _, err := validGrant(o, lease.ActionStage, img); err != nil {
+	f := o.LastStageFailure
+	if f != nil && f.Image != img {
+		f = nil
+	}
+	g, err := validGrant(o, lease.ActionStage, img)
+	if err != nil {
 		if o.InFlight != nil {
 			return cancel(o, "the stage grant for "+short(*o.InFlight)+" is gone ("+err.Error()+")")
+		}
+		if f != nil {
+			// Reported as StageFailed while waiting, so the coordinator puts
+			// this node behind the others in its queue.
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
+				Message: fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)}
 		}
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingForGrant,
 			Message: "Waiting for a stage slot for " + short(img)}
@@ -373,11 +394,17 @@ func stageOrWait(o Observation) Action {
 		}
 		return cancel(o, "the desired image changed to "+short(img))
 	}
-	if f := o.LastStageFailure; f != nil && f.Image == img && o.Now.Before(f.RetryAt) {
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
-			Message: "staging " + short(img) + " failed: " + f.Message + "; retrying at " + f.RetryAt.UTC().Format(time.RFC3339)}
+	if f.exhausted(g.ID) {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
+			Message: fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)}
 	}
-	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Image: img, Message: "Staging " + short(img)}
+	// A new grant starts with fresh attempts and no delay: other nodes had
+	// their turn in between.
+	if f != nil && f.Grant == g.ID && o.Now.Before(f.RetryAt) {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
+			Message: fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}
+	}
+	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Image: img, Grant: g.ID, Message: "Staging " + short(img)}
 }
 
 func cancel(o Observation, why string) Action {
@@ -428,7 +455,7 @@ func grantFor(o Observation, id lease.ID, act lease.Action, img imageref.Pinned)
 }
 
 func check(o Observation, g HeldGrant, act lease.Action, img imageref.Pinned) lease.Check {
-	return lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastRenew: g.LastRenew}
+	return lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastHeartbeat: g.LastHeartbeat}
 }
 
 func spent(o Observation, id lease.ID) bool {

@@ -65,7 +65,7 @@ func grant(kind lease.Kind, img imageref.Pinned, boot string, phase lease.Phase)
 			Acquired: t0.Add(-time.Minute), Renewed: t0.Add(-10 * time.Second),
 			Duration: time.Minute, Namespace: lease.Namespace,
 		},
-		LastRenew: t0.Add(-10 * time.Second),
+		LastHeartbeat: t0.Add(-10 * time.Second),
 	}
 }
 
@@ -176,7 +176,7 @@ func TestDecide(t *testing.T) {
 		{"rule 1: grant with an old renew waits for a renew instead of dropping", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-time.Minute))
 			g := rebootGrant(imgV2)
-			g.LastRenew = t0.Add(-2 * time.Minute)
+			g.LastHeartbeat = t0.Add(-2 * time.Minute)
 			o.Grants = []HeldGrant{g}
 			return o
 		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: ReasonRenewing}},
@@ -307,7 +307,7 @@ func TestDecide(t *testing.T) {
 		{"rule 4: reboot grant not renewed within its duration is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			g := rebootGrant(imgV2)
-			g.LastRenew = t0.Add(-time.Minute)
+			g.LastHeartbeat = t0.Add(-time.Minute)
 			o.Grants = []HeldGrant{g}
 			return o
 		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
@@ -409,15 +409,46 @@ func TestDecide(t *testing.T) {
 		{"rule 5: a failed stage waits until its retry time", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
-			o.LastStageFailure = &StageFailure{Image: imgV2, Message: "pull failed", RetryAt: t0.Add(time.Minute)}
+			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: stageGrant(imgV2).ID, Attempts: 1, Message: "pull failed", RetryAt: t0.Add(time.Minute)}
 			return o
 		}, want{kind: Nothing, phase: fleetv1.PhaseDegraded, reason: fleetv1.ReasonStageFailed}},
 		{"rule 5: a failed stage is retried after its retry time", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
-			o.LastStageFailure = &StageFailure{Image: imgV2, Message: "pull failed", RetryAt: t0}
+			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: stageGrant(imgV2).ID, Attempts: lease.MaxStageAttempts - 1, Message: "pull failed", RetryAt: t0}
 			return o
 		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonStaging, image: imgV2}},
+		{"rule 5: after MaxStageAttempts failures under one grant the agent stops trying it", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stageGrant(imgV2)}
+			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: stageGrant(imgV2).ID, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonStageFailed}},
+		{"rule 5: a new stage grant starts with fresh attempts and no delay", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stageGrant(imgV2)}
+			old := stageGrant(imgV2).ID
+			old.Transitions--
+			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: old, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0.Add(time.Hour)}
+			return o
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonStaging, image: imgV2}},
+		{"rule 5: without a grant, a node whose stage failed says so (the coordinator queues it last)", func() Observation {
+			o := base()
+			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: stageGrant(imgV2).ID, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonStageFailed}},
+		{"rule 5: a failure of another image is forgotten", func() Observation {
+			o := base()
+			o.LastStageFailure = &StageFailure{Image: imgV1, Grant: stageGrant(imgV1).ID, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		{"rule 5: a stage grant without an accepted heartbeat is not used yet", func() Observation {
+			o := base()
+			g := stageGrant(imgV2)
+			g.LastHeartbeat = time.Time{}
+			o.Grants = []HeldGrant{g}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

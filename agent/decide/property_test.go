@@ -120,7 +120,7 @@ func genObservation(t *rapid.T) Observation {
 			g.Failure = fleetv1.ReasonRebootTimeout
 		}
 		if likely("g.renewed") {
-			g.LastRenew = now.Add(-time.Duration(rapid.IntRange(-90, 150).Draw(t, "g.renewAge")) * time.Second)
+			g.LastHeartbeat = now.Add(-time.Duration(rapid.IntRange(-90, 150).Draw(t, "g.renewAge")) * time.Second)
 		}
 		o.Grants = append(o.Grants, g)
 		if !likely("g.notSpent") {
@@ -146,7 +146,7 @@ func genObservation(t *rapid.T) Observation {
 func uid(prefix string, i int) types.UID { return types.UID(prefix + string(rune('a'+i))) }
 
 func allows(o Observation, g HeldGrant, act lease.Action, img imageref.Pinned) bool {
-	return g.Allows(lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastRenew: g.LastRenew}) == nil
+	return g.Allows(lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastHeartbeat: g.LastHeartbeat}) == nil
 }
 
 func isSpent(o Observation, id lease.ID) bool {

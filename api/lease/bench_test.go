@@ -9,7 +9,7 @@ import (
 // grant and checking it.
 func BenchmarkParseAndAllows(b *testing.B) {
 	l := heldLease(KindReboot, PhaseReboot)
-	c := Check{Node: nodeA, Action: ActionReboot, Image: img, BootID: boot1, Now: t0.Add(time.Second), LastRenew: t0}
+	c := Check{Node: nodeA, Action: ActionReboot, Image: img, BootID: boot1, Now: t0.Add(time.Second), LastHeartbeat: t0}
 	b.ReportAllocs()
 	for b.Loop() {
 		g, err := Parse(l)

@@ -52,7 +52,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted kind %q phase %q dur %d transitions %d", g.Kind, g.Phase, dur, transitions)
 		}
 		// The grant allows a reboot only for exactly its own node, image and boot.
-		c := Check{Node: holder, Action: ActionReboot, Image: image, BootID: bootID, Now: t0, LastRenew: t0}
+		c := Check{Node: holder, Action: ActionReboot, Image: image, BootID: bootID, Now: t0, LastHeartbeat: t0}
 		if err := g.Allows(c); err == nil && (g.Kind != KindReboot || g.Phase != PhaseReboot || g.Failure != "") {
 			t.Fatalf("reboot allowed by %+v", g)
 		}

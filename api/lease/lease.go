@@ -35,9 +35,35 @@ const (
 	// did not come back in time (value: a reason such as RebootTimeout).
 	AnnotationFailure = "fleet.bootc.dev/failure"
 	// AnnotationCordonedByUs records that the coordinator cordoned the node
-	// for this grant ("true") or found it already cordoned ("false").
+	// for this grant ("true") or found it already cordoned ("false"), as its
+	// cordon call found the Node (not as a cache showed it).
 	AnnotationCordonedByUs = "fleet.bootc.dev/cordoned-by-us"
+
+	// NodeAnnotationCordonedFor is written on the Node in the same update
+	// that cordons it, naming the grant (CordonMark) it was cordoned for. A
+	// coordinator that stopped between cordoning and recording
+	// cordoned-by-us on the grant finds its own cordon there.
+	NodeAnnotationCordonedFor = "fleet.bootc.dev/cordoned-for"
 )
+
+// MaxStageAttempts is how many failed stages an agent makes under one stage
+// grant before it lets go of the grant (GrantInUse.Released = StageFailed),
+// so the coordinator hands the slot to the next node.
+const MaxStageAttempts = 3
+
+// HeartbeatsPerLease is how many status reports an agent sends per lease
+// duration while it holds a grant; the coordinator expires a stage grant
+// once it has seen none for a whole lease duration.
+const HeartbeatsPerLease = 4
+
+// ValidFraction is the part of the lease duration after the agent's last
+// accepted heartbeat during which the agent still uses a grant. The rest is
+// margin: the coordinator's expiry runs from when it saw that heartbeat,
+// which is later, so the agent has stopped before the slot can be re-granted.
+func ValidFraction(d time.Duration) time.Duration { return d * 2 / 3 }
+
+// CordonMark is the NodeAnnotationCordonedFor value for a grant.
+func CordonMark(id ID) string { return fmt.Sprintf("%s#%d/%s", id.Lease, id.Transitions, id.UID) }
 
 // Kind is the kind of slot.
 type Kind string
@@ -66,7 +92,7 @@ var (
 	ErrWrongImage   = errors.New("granted for another image")
 	ErrWrongBoot    = errors.New("granted in another boot")
 	ErrNotReboot    = errors.New("reboot grant not yet in phase Reboot")
-	ErrExpired      = errors.New("grant not renewed within its lease duration")
+	ErrExpired      = errors.New("no heartbeat accepted recently enough to use the grant")
 	ErrFailedMarked = errors.New("grant marked failed by the coordinator")
 )
 
@@ -235,9 +261,9 @@ type Check struct {
 	Image  string // repo@sha256 the agent is about to stage or apply
 	BootID string // the current boot ID
 	Now    time.Time
-	// LastRenew is the agent's own last successful renew of this lease (or
-	// the time it first observed the grant, before any renew).
-	LastRenew time.Time
+	// LastHeartbeat is when the agent sent its last status report that
+	// listed this grant and that the API server accepted (its own clock).
+	LastHeartbeat time.Time
 }
 
 // Allows returns nil when the grant allows the action, or an error saying why
@@ -256,8 +282,9 @@ func (g Grant) Allows(c Check) error {
 		return fmt.Errorf("%w: %s", ErrFailedMarked, g.Failure)
 	case c.Action == ActionReboot && g.Phase != PhaseReboot:
 		return fmt.Errorf("%w (phase %q)", ErrNotReboot, g.Phase)
-	case c.LastRenew.IsZero() || c.Now.Sub(c.LastRenew) >= g.Duration || c.Now.Before(c.LastRenew.Add(-time.Minute)):
-		return fmt.Errorf("%w (last renew %s, duration %s)", ErrExpired, c.LastRenew.UTC().Format(time.RFC3339), g.Duration)
+	case c.LastHeartbeat.IsZero() || c.Now.Sub(c.LastHeartbeat) >= ValidFraction(g.Duration) || c.Now.Before(c.LastHeartbeat.Add(-time.Minute)):
+		return fmt.Errorf("%w (last heartbeat %s, valid for %s of the %s lease)", ErrExpired,
+			c.LastHeartbeat.UTC().Format(time.RFC3339), ValidFraction(g.Duration), g.Duration)
 	}
 	return nil
 }

@@ -134,7 +134,7 @@ func TestAllows(t *testing.T) {
 	failed.Annotations[AnnotationFailure] = "RebootTimeout"
 	failedGrant := mustParse(t, failed)
 
-	ok := Check{Node: nodeA, Image: img, BootID: boot1, Now: t0.Add(10 * time.Second), LastRenew: t0}
+	ok := Check{Node: nodeA, Image: img, BootID: boot1, Now: t0.Add(10 * time.Second), LastHeartbeat: t0}
 	with := func(f func(c *Check)) Check { c := ok; f(&c); return c }
 	cases := []struct {
 		name  string
@@ -152,9 +152,12 @@ func TestAllows(t *testing.T) {
 		{"other image", stage, with(func(c *Check) { c.Action = ActionStage; c.Image = other }), ErrWrongImage},
 		{"other boot", reboot, with(func(c *Check) { c.Action = ActionReboot; c.BootID = boot2 }), ErrWrongBoot},
 		{"failed grant", failedGrant, with(func(c *Check) { c.Action = ActionReboot }), ErrFailedMarked},
-		{"never renewed", stage, with(func(c *Check) { c.Action = ActionStage; c.LastRenew = time.Time{} }), ErrExpired},
-		{"renew too old", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(time.Minute) }), ErrExpired},
-		{"renew in the far future", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(-2 * time.Minute) }), ErrExpired},
+		{"no heartbeat accepted yet", stage, with(func(c *Check) { c.Action = ActionStage; c.LastHeartbeat = time.Time{} }), ErrExpired},
+		{"heartbeat too old", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(time.Minute) }), ErrExpired},
+		// The agent stops a third of a lease before the coordinator could expire it.
+		{"heartbeat just inside two thirds of the lease", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(40*time.Second - time.Millisecond) }), nil},
+		{"heartbeat at two thirds of the lease", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(40 * time.Second) }), ErrExpired},
+		{"heartbeat in the far future", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(-2 * time.Minute) }), ErrExpired},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

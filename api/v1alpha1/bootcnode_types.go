@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // BootcNodeSpec is written by the coordinator only.
@@ -66,6 +67,45 @@ const (
 	ReasonRebootTimeout = "RebootTimeout"
 )
 
+// ConditionAPIAccess is a BootcNode condition the agent keeps: False while
+// the API server refuses one of its requests (a read of its grants, a confirm
+// read, a status write), with the server's message, so a refusal shows on
+// the node instead of only in the agent's log.
+const ConditionAPIAccess = "APIAccess"
+
+// Reasons of ConditionAPIAccess.
+const (
+	ReasonAPIAccessOK     = "AsExpected"
+	ReasonRequestRefused  = "RequestRefused"
+	ReasonRequestsFailing = "RequestsFailing"
+)
+
+// GrantInUse is a slot grant the agent holds and reports in its status. The
+// agent writes no Lease (docs/design.md, amendment 8): listing a grant here,
+// in a report whose lastReportTime changed, is how it says "I hold this
+// grant in boot status.bootID and I am still working on it".
+type GrantInUse struct {
+	// Lease is the slot Lease's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Lease string `json:"lease"`
+	// UID is the slot Lease's UID.
+	// +required
+	UID types.UID `json:"uid"`
+	// LeaseTransitions is the Lease's leaseTransitions when it was granted.
+	// +kubebuilder:validation:Minimum=1
+	// +required
+	LeaseTransitions int32 `json:"leaseTransitions"`
+	// Released, when set, is a CamelCase reason why the agent lets go of this
+	// grant without using it (e.g. StageFailed after too many attempts); the
+	// coordinator then hands the slot on without waiting for it to expire.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^$|^[A-Z][A-Za-z0-9]*$`
+	// +optional
+	Released string `json:"released,omitempty"`
+}
+
 // Deployment is one bootc boot entry as the agent read it.
 type Deployment struct {
 	// Image is the image reference bootc tracks (as bootc reports it).
@@ -120,9 +160,17 @@ type BootcNodeStatus struct {
 	// AgentVersion is the version of bootc-fleet-agent that wrote this.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
-	// LastReportTime is when the agent last wrote this status.
+	// Grants are the grants the agent holds in this boot (see GrantInUse).
+	// +listType=map
+	// +listMapKey=lease
+	// +kubebuilder:validation:MaxItems=16
 	// +optional
-	LastReportTime *metav1.Time `json:"lastReportTime,omitempty"`
+	Grants []GrantInUse `json:"grants,omitempty"`
+	// LastReportTime is when the agent last wrote this status, on the node's
+	// clock. The coordinator never compares it with its own clock: a new
+	// value is a heartbeat, timed by when the coordinator saw it.
+	// +optional
+	LastReportTime *metav1.MicroTime `json:"lastReportTime,omitempty"`
 }
 
 // BootcNode is one managed node's desired image and reported state. It is

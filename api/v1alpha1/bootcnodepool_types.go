@@ -103,6 +103,9 @@ const (
 	PoolDegraded = "Degraded"
 	// PoolHalted is True when failures reached haltAfterFailures.
 	PoolHalted = "Halted"
+	// PoolAgentsReporting is False while some node with rollout work has an
+	// agent that went quiet or whose API requests are refused.
+	PoolAgentsReporting = "AgentsReporting"
 )
 
 // Pool condition reasons.
@@ -121,6 +124,9 @@ const (
 	ReasonInvalidSpec     = "InvalidSpec"
 	ReasonImageChanged    = "ImageChanged"
 	ReasonDrainFailed     = "DrainFailed"
+	ReasonAgentsReporting = "AgentsReporting"
+	ReasonAgentsQuiet     = "AgentsQuiet"
+	ReasonAgentsRefused   = "AgentRequestsRefused"
 )
 
 // BootcNodePoolStatus is what the coordinator observed and decided.
@@ -152,8 +158,12 @@ type BootcNodePoolStatus struct {
 	// Failures counts nodes that failed to come back on the target image.
 	// +optional
 	Failures int32 `json:"failures,omitempty"`
+	// Quiet counts nodes with rollout work whose agent has not reported for
+	// a while (condition AgentsReporting names them).
+	// +optional
+	Quiet int32 `json:"quiet,omitempty"`
 
-	// Conditions: Progressing, UpToDate, Degraded, Halted.
+	// Conditions: Progressing, UpToDate, Degraded, Halted, AgentsReporting.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -172,6 +182,7 @@ type BootcNodePoolStatus struct {
 // +kubebuilder:printcolumn:name="Staging",type=integer,JSONPath=`.status.staging`
 // +kubebuilder:printcolumn:name="Rebooting",type=integer,JSONPath=`.status.rebooting`
 // +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.degraded`
+// +kubebuilder:printcolumn:name="Quiet",type=integer,JSONPath=`.status.quiet`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.targetImage`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BootcNodePool struct {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -94,6 +95,9 @@ func (r *poolReconciler) applyChange(ctx context.Context, log logr.Logger, pool 
 			return fmt.Errorf("uncordoning node %s: %w", c.Node, err)
 		}
 	}
+	if c.Op == plan.OpCordon {
+		return r.cordon(ctx, log, w, c, now)
+	}
 	l := read.DeepCopy()
 	plan.ApplyToLease(l, c, now, r.opts.LeaseDuration)
 	if err := r.client.Update(ctx, l); err != nil {
@@ -110,11 +114,9 @@ func (r *poolReconciler) applyChange(ctx context.Context, log logr.Logger, pool 
 			delete(r.waiting, waitKey(pool, c.Node, c.Kind))
 		}
 		r.mu.Unlock()
-		if c.Kind == lease.KindReboot && c.CordonedByUs {
-			return r.cordon(ctx, c.Node)
+		if c.Kind == lease.KindReboot {
+			return r.cordon(ctx, log, w, c, now)
 		}
-	case plan.OpCordon:
-		return r.cordon(ctx, c.Node)
 	case plan.OpRevoke:
 		metrics.Revokes.WithLabelValues(pool, c.Why).Inc()
 	case plan.OpMarkFailed:
@@ -123,10 +125,32 @@ func (r *poolReconciler) applyChange(ctx context.Context, log logr.Logger, pool 
 	return nil
 }
 
-func (r *poolReconciler) cordon(ctx context.Context, node string) error {
-	if _, err := r.opts.Drainer.Cordon(ctx, node); err != nil {
-		return fmt.Errorf("cordoning node %s: %w", node, err)
+// cordon cordons the node of a Draining reboot grant, marking the Node with
+// the grant in the same update, then records on the grant what the cordon
+// call found (cordoned-by-us), never what a cache showed: an admin's cordon
+// made a moment before the grant stays the admin's. If the coordinator stops
+// between the two writes, the Node's mark tells the next one the cordon was
+// its own.
+func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, w *observed, c plan.SlotChange, now time.Time) error {
+	l := w.leases[c.Slot].DeepCopy()
+	g, err := lease.Parse(l)
+	if err != nil {
+		return fmt.Errorf("cordoning for slot %s: %w", c.Slot, err)
 	}
+	was, err := r.opts.Drainer.Cordon(ctx, c.Node, lease.CordonMark(g.ID))
+	if err != nil {
+		return fmt.Errorf("cordoning node %s: %w", c.Node, err)
+	}
+	rec := plan.SlotChange{Slot: c.Slot, Kind: c.Kind, Op: plan.OpCordon, Node: c.Node, CordonedByUs: !was}
+	if l.Annotations[lease.AnnotationCordonedByUs] == strconv.FormatBool(rec.CordonedByUs) {
+		return nil
+	}
+	plan.ApplyToLease(l, rec, now, r.opts.LeaseDuration)
+	if err := r.client.Update(ctx, l); err != nil {
+		return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
+	}
+	w.leases[c.Slot] = l
+	log.Info("cordon recorded", "slot", c.Slot, "node", c.Node, "cordonedByUs", rec.CordonedByUs)
 	return nil
 }
 

@@ -43,6 +43,7 @@ const (
 	DefaultLeaseDuration    = 2 * time.Minute
 	DefaultRequeueInterval  = time.Minute
 	DefaultWorkers          = 4
+	DefaultQuietAfter       = 45 * time.Second
 	DefaultLeaderElectionID = "bootc-fleet-coordinator"
 )
 
@@ -67,9 +68,13 @@ type Options struct {
 	// ResolveRetryInterval is how soon a failed resolution is retried
 	// (default: RequeueInterval).
 	ResolveRetryInterval time.Duration
-	// LeaseDuration is written on every grant; an agent that does not renew
-	// within it loses a stage grant.
+	// LeaseDuration is written on every grant; a stage grant whose holder
+	// the coordinator has seen no report from for this long expires.
 	LeaseDuration time.Duration
+	// QuietAfter is how long a node with rollout work may go without a new
+	// report before the pool counts and names it (default 45s: agents
+	// report at least every 15s while they have work).
+	QuietAfter time.Duration
 	// RequeueInterval bounds how long a pool goes without a reconcile.
 	RequeueInterval time.Duration
 	// Workers is how many pools are reconciled at once (default 4). One
@@ -111,6 +116,9 @@ func (o *Options) defaults() {
 	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
+	}
+	if o.QuietAfter <= 0 {
+		o.QuietAfter = DefaultQuietAfter
 	}
 	if o.ResolveRetryInterval <= 0 {
 		o.ResolveRetryInterval = o.RequeueInterval
@@ -190,6 +198,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		opts:      opts,
 		log:       log,
 		waiting:   map[string]time.Time{},
+		seen:      newHeartbeats(),
 	}
 	if err := r.setup(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)

@@ -19,7 +19,9 @@ import (
 
 // NodeDrainer cordons, drains and uncordons Nodes (coordinator/drain).
 type NodeDrainer interface {
-	Cordon(ctx context.Context, node string) (wasCordoned bool, err error)
+	// Cordon cordons node, marking it with mark in the same update; it
+	// reports whether someone else had cordoned it already.
+	Cordon(ctx context.Context, node, mark string) (wasCordoned bool, err error)
 	Uncordon(ctx context.Context, node string) error
 	Drain(ctx context.Context, node string, timeout time.Duration) error
 }

@@ -39,6 +39,7 @@ type poolReconciler struct {
 	recorder  recorder.EventRecorder
 	drains    *drainTracker
 	targets   *targetCache
+	seen      *heartbeats
 	opts      Options
 	log       logr.Logger
 
@@ -118,6 +119,7 @@ func nodeChanged() predicate.Predicate {
 			return true
 		}
 		return !labels.Equals(a.Labels, b.Labels) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
+			a.Annotations[lease.NodeAnnotationCordonedFor] != b.Annotations[lease.NodeAnnotationCordonedFor] ||
 			nodeReady(a) != nodeReady(b) || a.Status.NodeInfo.BootID != b.Status.NodeInfo.BootID
 	}}
 }
@@ -161,6 +163,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	in := w.input
 	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
+	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
 	}
@@ -257,7 +260,8 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 		if !in && !wanted[n.Name] {
 			continue
 		}
-		pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID}
+		pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID,
+			CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
 		if in {
 			for name, s := range others {
 				if s.Matches(labels.Set(n.Labels)) {

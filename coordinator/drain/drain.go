@@ -17,6 +17,7 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -32,6 +33,8 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
 	kdrain "k8s.io/kubectl/pkg/drain"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 )
 
 const (
@@ -56,44 +59,63 @@ func New(client kubernetes.Interface, log logr.Logger) *Drainer {
 	return &Drainer{client: client, log: log, retryDelay: defaultRetryDelay}
 }
 
-// Cordon marks node unschedulable. wasCordoned reports that it already was
-// (then nothing is written), so the caller can restore exactly that state.
-// The write is conditional on the Node's resourceVersion, so a cordon by
-// someone else between the read and the write is seen, not claimed.
-func (d *Drainer) Cordon(ctx context.Context, node string) (wasCordoned bool, err error) {
-	err = d.setUnschedulable(ctx, node, true, &wasCordoned)
+// Cordon marks node unschedulable and, in the same conditional update,
+// annotates it with mark (lease.NodeAnnotationCordonedFor: the grant it is
+// cordoned for). wasCordoned reports that someone else had already cordoned
+// it (then nothing is written), so the caller can restore exactly that
+// state. A Node already cordoned with this very mark was cordoned by the
+// caller before (wasCordoned false): a coordinator that stopped between
+// cordoning and recording it finds its own cordon. The write is conditional
+// on the Node's resourceVersion, so a cordon by someone else between the
+// read and the write is seen, not claimed.
+func (d *Drainer) Cordon(ctx context.Context, node, mark string) (wasCordoned bool, err error) {
+	err = d.setUnschedulable(ctx, node, true, mark, &wasCordoned)
 	return wasCordoned, err
 }
 
-// Uncordon marks node schedulable (a no-op if it is).
+// Uncordon marks node schedulable (a no-op if it is) and removes the mark.
 func (d *Drainer) Uncordon(ctx context.Context, node string) error {
-	return d.setUnschedulable(ctx, node, false, nil)
+	return d.setUnschedulable(ctx, node, false, "", nil)
 }
 
-func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, already *bool) error {
+func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, mark string, already *bool) error {
 	verb := map[bool]string{true: "cordoning", false: "uncordoning"}[want]
 	for {
 		n, err := d.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("%s node %s: %w", verb, node, err)
 		}
+		_, marked := n.Annotations[lease.NodeAnnotationCordonedFor]
 		if n.Spec.Unschedulable == want {
 			if already != nil {
-				*already = true
+				*already = n.Annotations[lease.NodeAnnotationCordonedFor] != mark || mark == ""
 			}
-			return nil
+			if want || !marked {
+				return nil
+			}
 		}
 		// A merge patch carrying resourceVersion is a conditional write:
 		// it fails with Conflict if the Node changed since the read.
-		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"unschedulable":%t}}`, n.ResourceVersion, want)
-		_, err = d.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		var annotation any // null removes it
+		if want && mark != "" {
+			annotation = mark
+		}
+		body, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": n.ResourceVersion,
+				"annotations": map[string]any{lease.NodeAnnotationCordonedFor: annotation}},
+			"spec": map[string]any{"unschedulable": want},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = d.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{})
 		if apierrors.IsConflict(err) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("%s node %s: %w", verb, node, err)
 		}
-		d.log.Info(strings.TrimSuffix(verb, "ing")+"ed node", "node", node)
+		d.log.Info(strings.TrimSuffix(verb, "ing")+"ed node", "node", node, "for", mark)
 		return nil
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
 
@@ -252,18 +253,20 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 	c.node("cordon-free", false)
 	c.node("cordon-taken", true)
 
+	const mark, other = "workers-reboot-0#3/uid-1", "workers-reboot-0#4/uid-1"
 	cases := []struct {
 		name        string
-		node        string
+		node, mark  string
 		wasCordoned bool
 	}{
-		{"schedulable node: we cordon it", "cordon-free", false},
-		{"cordoned by someone else: reported, left as is", "cordon-taken", true},
-		{"second cordon of our node reports it cordoned", "cordon-free", true},
+		{"schedulable node: we cordon it, marked for the grant", "cordon-free", mark, false},
+		{"cordoned by someone else: reported, left as is", "cordon-taken", mark, true},
+		{"cordoned for this grant already: ours (a retry after a crash)", "cordon-free", mark, false},
+		{"cordoned for another grant: not this grant's cordon", "cordon-free", other, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			was, err := d.Cordon(c.ctx(), tc.node)
+			was, err := d.Cordon(c.ctx(), tc.node, tc.mark)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,6 +278,17 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the mark is on the Node we cordoned, not on the other", func(t *testing.T) {
+		for node, want := range map[string]string{"cordon-free": mark, "cordon-taken": ""} {
+			n, err := c.cs.CoreV1().Nodes().Get(c.ctx(), node, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n.Annotations[lease.NodeAnnotationCordonedFor]; got != want {
+				t.Fatalf("%s: %s = %q, want %q", node, lease.NodeAnnotationCordonedFor, got, want)
+			}
+		}
+	})
 
 	t.Run("uncordon makes the node schedulable, twice is fine", func(t *testing.T) {
 		for range 2 {
@@ -283,6 +297,13 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 			}
 			if c.unschedulable("cordon-free") {
 				t.Fatal("node still unschedulable after Uncordon")
+			}
+			n, err := c.cs.CoreV1().Nodes().Get(c.ctx(), "cordon-free", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := n.Annotations[lease.NodeAnnotationCordonedFor]; ok {
+				t.Fatalf("mark %q left on the uncordoned Node", v)
 			}
 		}
 		if !c.unschedulable("cordon-taken") {
@@ -296,7 +317,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Cordon(c.ctx(), "cordon-free"); err != nil {
+		if _, err := d.Cordon(c.ctx(), "cordon-free", mark); err != nil {
 			t.Fatal(err)
 		}
 		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"unschedulable":true}}`, n.ResourceVersion)
@@ -309,7 +330,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 		}
 	})
 	t.Run("missing node is NotFound", func(t *testing.T) {
-		if _, err := d.Cordon(c.ctx(), "no-such-node"); !apierrors.IsNotFound(err) {
+		if _, err := d.Cordon(c.ctx(), "no-such-node", mark); !apierrors.IsNotFound(err) {
 			t.Fatalf("Cordon = %v, want NotFound", err)
 		}
 		if err := d.Uncordon(c.ctx(), "no-such-node"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "no-such-node") {

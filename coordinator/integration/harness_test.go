@@ -301,7 +301,7 @@ func (f *fleet) step(ctx context.Context, name string) {
 	desired, derr := imageref.ParsePinned(bn.Spec.DesiredImage)
 	grants := f.grants(ctx, name)
 	check := func(a lease.Action, g lease.Grant) bool {
-		return g.Allows(lease.Check{Node: name, Action: a, Image: desired.String(), BootID: fn.bootID(), Now: time.Now(), LastRenew: g.Renewed}) == nil
+		return g.Allows(lease.Check{Node: name, Action: a, Image: desired.String(), BootID: fn.bootID(), Now: time.Now(), LastHeartbeat: g.Renewed}) == nil
 	}
 	switch {
 	case derr != nil || desired == fn.booted:

@@ -91,14 +91,16 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 		l.Annotations[lease.AnnotationBootID] = c.BootID
 		if c.Kind == lease.KindReboot {
 			l.Annotations[lease.AnnotationPhase] = string(lease.PhaseDraining)
-			l.Annotations[lease.AnnotationCordonedByUs] = strconv.FormatBool(c.CordonedByUs)
+			// Not cordoned by us yet: OpCordon records what the cordon found.
+			l.Annotations[lease.AnnotationCordonedByUs] = "false"
 		}
 	case OpAdvance:
 		l.Annotations[lease.AnnotationPhase] = string(lease.PhaseReboot)
-		// renewTime starts the reboot timer; the agent renews it until it reboots.
+		// renewTime starts the reboot timer, on the coordinator's clock.
+		// Agents write no Lease, so nothing extends it.
 		l.Spec.RenewTime = mt
 	case OpCordon:
-		l.Annotations[lease.AnnotationCordonedByUs] = "true"
+		l.Annotations[lease.AnnotationCordonedByUs] = strconv.FormatBool(c.CordonedByUs)
 	case OpMarkFailed:
 		l.Annotations[lease.AnnotationFailure] = c.Failure
 	case OpRelease, OpRevoke:

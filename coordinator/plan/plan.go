@@ -83,6 +83,9 @@ type planner struct {
 	uncordoned map[string]bool
 	failedSlot map[string]string // node -> failure of its held reboot slot
 	drainMsgs  []string
+	// goneHolders hold a reboot slot in phase Reboot while their Node object
+	// is deleted (waiting for the machine to come back).
+	goneHolders []string
 }
 
 // Plan decides the changes for one pool. It is pure and deterministic: the
@@ -230,7 +233,9 @@ func (p *planner) held(s Slot) {
 	g := s.Grant
 	n, exists := p.nodes[g.Holder]
 	reboot := s.Kind == lease.KindReboot
-	uncordon := reboot && s.CordonedByUs && exists
+	// Ours: the grant records our cordon, or the Node carries our mark (we
+	// stopped between cordoning and recording it).
+	uncordon := reboot && exists && (s.CordonedByUs || (n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID)))
 	stop := func() {
 		if reboot {
 			p.out.StopDrains = append(p.out.StopDrains, g.Holder)
@@ -240,10 +245,18 @@ func (p *planner) held(s Slot) {
 		p.failedSlot[g.Holder] = g.Failure
 	}
 	switch {
+	case !exists && reboot && g.Phase == lease.PhaseReboot && p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
+		// The Node object is gone, but the machine may be down in its
+		// reboot and come back under the same name: the slot stays held
+		// until it is back (then it is verified as usual) or rebootTimeout
+		// passed, so deleting a Node cannot let two nodes be down at once.
+		p.requeueAt(g.Renewed.Add(p.b.RebootTimeout))
+		p.goneHolders = append(p.goneHolders, g.Holder)
+		return
 	case !exists:
 		stop()
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyNodeDeleted})
-		p.event("Normal", EventGrantReleased, "released %s slot %s: node %s was deleted", s.Kind, s.Name, g.Holder)
+		p.event("Normal", EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(reboot && g.Phase == lease.PhaseReboot, p.b.RebootTimeout))
 		delete(p.failedSlot, g.Holder)
 		return
 	case !n.InPool:
@@ -255,22 +268,7 @@ func (p *planner) held(s Slot) {
 	}
 	st := p.fresh(n)
 	if !reboot {
-		switch {
-		case st != nil && (onDigest(st.Staged, g.Image.Digest) || onDigest(st.Booted, g.Image.Digest)):
-			p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
-			p.event("Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
-		case p.target.Digest != "" && g.Image != p.target:
-			p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
-			p.event("Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the target %s", s.Name, n.Name, g.Image, p.target)
-		case n.BootID != g.BootID:
-			p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
-			p.event("Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant", s.Name, n.Name)
-		case !p.in.Now.Before(g.Renewed.Add(g.Duration)):
-			p.change(s, SlotChange{Op: OpRelease, Why: WhyExpired})
-			p.event("Warning", EventGrantReleased, "stage slot %s of node %s expired (not renewed since %s); released it", s.Name, n.Name, g.Renewed.UTC().Format(time.RFC3339))
-		default:
-			p.requeueAt(g.Renewed.Add(g.Duration))
-		}
+		p.stageSlot(s, n, st)
 		return
 	}
 	if g.Phase == lease.PhaseReboot {
@@ -279,6 +277,8 @@ func (p *planner) held(s Slot) {
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
 			p.event("Normal", EventNodeUpdated, "node %s is Ready, booted on %s in a new boot; released reboot slot %s%s", n.Name, g.Image, s.Name, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
+		// renewTime is when the coordinator advanced the grant to Reboot;
+		// no agent writes a Lease, so nothing a node does extends it.
 		case g.Failure == "" && !p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
 			p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
 			p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
@@ -302,7 +302,10 @@ func (p *planner) held(s Slot) {
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
 		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant%s", s.Name, n.Name, restored(uncordon))
 	case !n.Unschedulable:
-		p.change(s, SlotChange{Op: OpCordon, Why: "Cordon"})
+		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
+	case !s.CordonedByUs && n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID):
+		// We cordoned it for this grant but stopped before recording that.
+		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
 	case hasDrain && d.State == DrainDone:
 		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained})
 		p.event("Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
@@ -318,6 +321,68 @@ func (p *planner) held(s Slot) {
 		}
 		p.out.StartDrains = append(p.out.StartDrains, DrainStart{Node: n.Name, Grant: g.ID, Timeout: p.b.DrainTimeout})
 	}
+}
+
+// stageSlot decides about a held stage slot of a node in the pool.
+func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
+	g := s.Grant
+	claim, claimed := claimOf(st, g.ID)
+	switch {
+	case st != nil && (onDigest(st.Staged, g.Image.Digest) || onDigest(st.Booted, g.Image.Digest)):
+		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
+		p.event("Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
+	case p.target.Digest != "" && g.Image != p.target:
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
+		p.event("Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the target %s", s.Name, n.Name, g.Image, p.target)
+	case n.BootID != g.BootID:
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
+		p.event("Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant", s.Name, n.Name)
+	case claimed && claim.Released != "":
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
+		p.event("Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
+			n.Name, s.Name, claim.Released, truncate(st.Message, 300), n.Name)
+	default:
+		// Alive from the grant (the coordinator's own write) or from the
+		// last heartbeat that listed it, as the coordinator saw it.
+		alive := g.Acquired
+		if hb := p.in.Heartbeats[n.Name].Seen; claimed && hb.After(alive) {
+			alive = hb
+		}
+		if !p.in.Now.Before(alive.Add(g.Duration)) {
+			p.change(s, SlotChange{Op: OpRelease, Why: WhyExpired})
+			p.event("Warning", EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
+				s.Name, n.Name, g.Duration, alive.UTC().Format(time.RFC3339))
+			return
+		}
+		p.requeueAt(alive.Add(g.Duration))
+	}
+}
+
+// claimOf finds grant id in the agent's fresh status.
+func claimOf(st *fleetv1.BootcNodeStatus, id lease.ID) (fleetv1.GrantInUse, bool) {
+	if st == nil {
+		return fleetv1.GrantInUse{}, false
+	}
+	for _, c := range st.Grants {
+		if c.Lease == id.Lease && c.UID == id.UID && c.LeaseTransitions == id.Transitions {
+			return c, true
+		}
+	}
+	return fleetv1.GrantInUse{}, false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len("…")] + "…"
+}
+
+func goneFor(wasRebooting bool, d time.Duration) string {
+	if wasRebooting {
+		return fmt.Sprintf(" and did not come back within rebootTimeout (%s)", d)
+	}
+	return ""
 }
 
 func restored(uncordon bool) string {
@@ -451,7 +516,7 @@ func (p *planner) grant(slots []Slot) {
 			s := free[lease.KindReboot][0]
 			free[lease.KindReboot] = free[lease.KindReboot][1:]
 			n := p.nodes[name]
-			p.grantSlot(s, n, !n.Unschedulable)
+			p.grantSlot(s, n)
 			heldReboot++
 			delete(other, name)
 			granted[name] = true
@@ -459,7 +524,7 @@ func (p *planner) grant(slots []Slot) {
 		}
 	}
 
-	for _, name := range p.members {
+	for _, name := range p.stageQueue() {
 		if len(free[lease.KindStage]) == 0 || heldStage >= p.b.MaxStaging {
 			break
 		}
@@ -473,7 +538,7 @@ func (p *planner) grant(slots []Slot) {
 		}
 		s := free[lease.KindStage][0]
 		free[lease.KindStage] = free[lease.KindStage][1:]
-		p.grantSlot(s, n, false)
+		p.grantSlot(s, n)
 		heldStage++
 		p.event("Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, p.target)
 	}
@@ -488,10 +553,12 @@ func (p *planner) stagingWithoutSlot(holds map[string][]*Slot) map[string]bool {
 	out := map[string]bool{}
 	for _, name := range p.members {
 		st := p.fresh(p.nodes[name])
-		if st == nil || st.Phase != fleetv1.PhaseStaging || st.LastReportTime == nil {
+		seen := p.in.Heartbeats[name].Seen
+		if st == nil || st.Phase != fleetv1.PhaseStaging || seen.IsZero() {
 			continue
 		}
-		quiet := st.LastReportTime.Add(p.in.LeaseDuration)
+		// Timed by when the coordinator saw the report, not by the node's clock.
+		quiet := seen.Add(p.in.LeaseDuration)
 		if !p.in.Now.Before(quiet) {
 			continue
 		}
@@ -514,11 +581,24 @@ func (p *planner) desiredIsTarget(name string) bool {
 	return bn != nil && bn.Spec.DesiredImage == p.target.String()
 }
 
-func (p *planner) grantSlot(s Slot, n Node, cordonedByUs bool) {
-	c := SlotChange{Op: OpGrant, Node: n.Name, Image: p.target, BootID: n.BootID, CordonedByUs: cordonedByUs, Why: "Eligible"}
+// stageQueue is the order stage slots are offered in: by name, except that
+// nodes whose last stage failed wait behind the others, so one node whose
+// download keeps failing cannot keep a slot from the rest.
+func (p *planner) stageQueue() []string {
+	q := append([]string(nil), p.members...)
+	failed := func(name string) bool {
+		st := p.fresh(p.nodes[name])
+		return st != nil && st.Reason == fleetv1.ReasonStageFailed
+	}
+	sort.SliceStable(q, func(i, j int) bool { return !failed(q[i]) && failed(q[j]) })
+	return q
+}
+
+func (p *planner) grantSlot(s Slot, n Node) {
+	c := SlotChange{Op: OpGrant, Node: n.Name, Image: p.target, BootID: n.BootID, Why: WhyEligible}
 	p.change(s, c)
 	a := p.after[s.Name]
-	*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotHeld, Holder: n.Name, CordonedByUs: cordonedByUs,
+	*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotHeld, Holder: n.Name,
 		Grant: lease.Grant{Pool: p.pool, Kind: s.Kind, Holder: n.Name, Image: p.target, BootID: n.BootID}}
 	if s.Kind == lease.KindReboot {
 		a.Grant.Phase = lease.PhaseDraining

@@ -226,7 +226,6 @@ func TestRevokedStagerHoldsItsBudgetUntilItStops(t *testing.T) {
 				t.Fatal("setup: node-00 has no stage grant")
 			}
 			w.agentReports("node-00", imgV0, imageref.Pinned{}, fleetv1.PhaseStaging)
-			w.bns["node-00"].Status.LastReportTime = &metav1.Time{Time: w.now}
 			w.target = imgV2
 			if out := w.step(); len(changes(out, OpRevoke, lease.KindStage)) != 1 {
 				t.Fatalf("setup: stage grant not revoked: %+v", out.Changes)
@@ -304,13 +303,14 @@ func TestRebootGrantsBoundedByUnavailableNodes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			w := stagedWorld(8, 3)
 			c.mutate(w)
-			cs := changes(w.plan(), OpGrant, lease.KindReboot)
+			cs := changes(w.step(), OpGrant, lease.KindReboot)
 			if got := nodesOf(cs); !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("reboot grants to %v, want %v", got, c.want)
 			}
+			// cordoned-by-us is what the cordon after the grant found.
 			for i, g := range cs {
-				if g.CordonedByUs != c.cordons[i] {
-					t.Fatalf("grant %s cordonedByUs %v, want %v", g.Node, g.CordonedByUs, c.cordons[i])
+				if s, _ := w.grantOf(g.Node, lease.KindReboot); s.CordonedByUs != c.cordons[i] {
+					t.Fatalf("grant %s cordonedByUs %v, want %v", g.Node, s.CordonedByUs, c.cordons[i])
 				}
 			}
 		})
@@ -554,17 +554,61 @@ func TestNodeLeavingPoolRevokesRestoresCordonAndDeletesBootcNode(t *testing.T) {
 	}
 }
 
-func TestDeletedNodeReleasesItsRebootSlot(t *testing.T) {
-	w := rebootingWorld(t, false)
-	delete(w.nodes, "node-00")
-	out := w.step()
-	rel := changes(out, OpRelease, lease.KindReboot)
-	if len(rel) != 1 || rel[0].Uncordon || rel[0].Why != WhyNodeDeleted {
-		t.Fatalf("%+v", out.Changes)
-	}
-	if !reflect.DeepEqual(out.DeleteBootcNodes, []string{"node-00"}) {
-		t.Fatalf("DeleteBootcNodes %v", out.DeleteBootcNodes)
-	}
+func TestDeletedNodeKeepsItsRebootSlotUntilBackOrTimedOut(t *testing.T) {
+	t.Run("deleted while rebooting: held, the next node waits", func(t *testing.T) {
+		w := rebootingWorld(t, false) // maxUnavailable 1, node-01 staged and waiting
+		gone := *w.nodes["node-00"]
+		delete(w.nodes, "node-00")
+		w.now = w.now.Add(14 * time.Minute)
+		out := w.step()
+		if rel := changes(out, OpRelease, lease.KindReboot); len(rel) != 0 {
+			t.Fatalf("reboot slot released while its machine may be down: %+v", rel)
+		}
+		if g := changes(out, OpGrant, lease.KindReboot); len(g) != 0 {
+			t.Fatalf("a second node granted a reboot while the first may be down: %+v", g)
+		}
+		if out.RequeueAfter <= 0 || out.RequeueAfter > time.Minute {
+			t.Fatalf("requeue after %s, want at the reboot timeout (1m away)", out.RequeueAfter)
+		}
+		if c := meta.FindStatusCondition(out.Status.Conditions, fleetv1.PoolAgentsReporting); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "node-00") {
+			t.Fatalf("pool does not name the deleted rebooting node: %+v", c)
+		}
+		// The machine comes back: the kubelet registers the Node again, the
+		// agent reports from its new boot; the slot is verified as usual.
+		w.nodes["node-00"] = &gone
+		w.step() // BootcNode recreated
+		w.reboot("node-00")
+		w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseIdle)
+		out = w.step()
+		if rel := changes(out, OpRelease, lease.KindReboot); len(rel) != 1 || rel[0].Why != WhyVerified {
+			t.Fatalf("slot not released when the machine came back verified: %+v", out.Changes)
+		}
+	})
+	t.Run("deleted while rebooting and gone past rebootTimeout: released", func(t *testing.T) {
+		w := rebootingWorld(t, false)
+		delete(w.nodes, "node-00")
+		w.now = w.now.Add(15 * time.Minute)
+		out := w.step()
+		rel := changes(out, OpRelease, lease.KindReboot)
+		if len(rel) != 1 || rel[0].Uncordon || rel[0].Why != WhyNodeDeleted {
+			t.Fatalf("%+v", out.Changes)
+		}
+		if !reflect.DeepEqual(out.DeleteBootcNodes, []string{"node-00"}) {
+			t.Fatalf("DeleteBootcNodes %v", out.DeleteBootcNodes)
+		}
+	})
+	t.Run("deleted while draining: released at once (no reboot can have started)", func(t *testing.T) {
+		w := stagedWorld(2, 1)
+		w.step()
+		if s, ok := w.grantOf("node-00", lease.KindReboot); !ok || s.Grant.Phase != lease.PhaseDraining {
+			t.Fatal("setup: node-00 has no Draining grant")
+		}
+		delete(w.nodes, "node-00")
+		out := w.step()
+		if rel := changes(out, OpRelease, lease.KindReboot); len(rel) != 1 || rel[0].Why != WhyNodeDeleted {
+			t.Fatalf("%+v", out.Changes)
+		}
+	})
 }
 
 func TestConflictingNodeIsReportedAndLeftAlone(t *testing.T) {

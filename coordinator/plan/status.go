@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,6 +67,8 @@ func (p *planner) status() {
 	st.Failures = int32(p.failures())
 	sort.Strings(degraded)
 	sort.Strings(failed)
+	quiet, refusing := p.quietAgents(holds)
+	st.Quiet = int32(len(quiet))
 
 	now := metav1.Time{Time: p.in.Now}
 	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
@@ -138,8 +142,59 @@ func (p *planner) status() {
 				fmt.Sprintf("%s; %d staging, %d staged, %d rebooting (maxUnavailable %d, maxStaging %d)", msg, st.Staging, st.Staged, st.Rebooting, p.b.MaxUnavailable, p.b.MaxStaging))
 		}
 	}
+	switch {
+	case len(refusing) > 0:
+		set(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonAgentsRefused,
+			fmt.Sprintf("the API server refuses requests of the agent on %d node(s): %s; check the agent's RBAC and admission policies (packaging/rbac, packaging/policy)", len(refusing), joinMax(refusing, 3)))
+	case len(quiet) > 0 || len(p.goneHolders) > 0:
+		for _, name := range p.goneHolders {
+			quiet = append(quiet, fmt.Sprintf("%s (Node deleted while rebooting; its reboot slot stays held until it is back or rebootTimeout passed)", name))
+		}
+		set(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonAgentsQuiet,
+			fmt.Sprintf("%d node(s) with rollout work have not reported for over %s: %s; check `systemctl status bootc-fleet-agent` and its journal on them", len(quiet), p.in.QuietAfter, joinMax(quiet, 5)))
+	default:
+		set(fleetv1.PoolAgentsReporting, metav1.ConditionTrue, fleetv1.ReasonAgentsReporting, "every node with rollout work reports")
+	}
 	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
 	p.out.Status = st
+}
+
+// quietAgents names the pool's nodes with rollout work (a slot held, or a
+// desired image not booted yet) whose agent's reports have not changed for
+// QuietAfter, as the coordinator saw them, and the nodes whose agent says
+// the API server refuses its requests.
+func (p *planner) quietAgents(holds map[string][]*Slot) (quiet, refusing []string) {
+	for _, name := range p.members {
+		n := p.nodes[name]
+		bn := p.bns[name]
+		if p.conflicted(n) || bn == nil || bn.Spec.Pool != p.pool {
+			continue
+		}
+		if c := meta.FindStatusCondition(bn.Status.Conditions, fleetv1.ConditionAPIAccess); c != nil && c.Status == metav1.ConditionFalse {
+			refusing = append(refusing, fmt.Sprintf("%s (%s)", name, truncate(c.Message, 200)))
+		}
+		st := p.fresh(n)
+		work := len(holds[name]) > 0 || (bn.Spec.DesiredImage != "" && (st == nil || st.Booted == nil ||
+			bn.Spec.DesiredImage != st.Booted.Image && !strings.HasSuffix(bn.Spec.DesiredImage, "@"+st.Booted.Digest)))
+		hb := p.in.Heartbeats[name]
+		since := hb.Seen
+		if hb.SpecSeen.After(since) {
+			since = hb.SpecSeen
+		}
+		if !work || p.in.QuietAfter <= 0 || since.IsZero() {
+			continue
+		}
+		if at := since.Add(p.in.QuietAfter); p.in.Now.Before(at) {
+			p.requeueAt(at)
+			continue
+		}
+		what := "reported"
+		if bn.Status.LastReportTime == nil {
+			what = "never reported"
+		}
+		quiet = append(quiet, fmt.Sprintf("%s (%s; nothing new for %s)", name, what, p.in.Now.Sub(since).Round(time.Second)))
+	}
+	return quiet, refusing
 }
 
 func conflictText(n Node) string {

@@ -35,8 +35,26 @@ type Input struct {
 	Drains map[string]Drain
 	// Now is the time of the observation.
 	Now time.Time
-	// LeaseDuration is written on every grant.
+	// LeaseDuration is written on every grant. A stage grant expires when
+	// the coordinator has seen no heartbeat of its holder for this long.
 	LeaseDuration time.Duration
+	// Heartbeats are, by node, when the coordinator saw its agent's
+	// reports change (its own clock: a node's clock never sets a timer).
+	Heartbeats map[string]Heartbeat
+	// QuietAfter is how long a node with rollout work may go without a new
+	// report before the pool names it (0: never).
+	QuietAfter time.Duration
+}
+
+// Heartbeat is what the coordinator saw of one node's reports.
+type Heartbeat struct {
+	// Seen is when the coordinator first saw the current value of the
+	// BootcNode's status.lastReportTime: the agent's last heartbeat, timed
+	// by the coordinator's clock. Zero: never seen.
+	Seen time.Time
+	// SpecSeen is when the coordinator first saw the BootcNode's current
+	// spec.desiredImage: a quiet agent is judged from the later of the two.
+	SpecSeen time.Time
 }
 
 // Node is what the planner needs of a Node.
@@ -51,6 +69,9 @@ type Node struct {
 	Unschedulable bool
 	// BootID is status.nodeInfo.bootID, written by the kubelet.
 	BootID string
+	// CordonedFor is the Node's lease.NodeAnnotationCordonedFor: the grant
+	// (lease.CordonMark) the coordinator cordoned it for, if any.
+	CordonedFor string
 }
 
 // SlotState is what a slot Lease reads as.
@@ -105,7 +126,9 @@ const (
 	OpGrant Op = "Grant"
 	// OpAdvance moves a reboot grant from Draining to Reboot.
 	OpAdvance Op = "Advance"
-	// OpCordon records cordoned-by-us=true on a Draining grant, then cordons.
+	// OpCordon cordons the node of a Draining grant (marking the Node with
+	// the grant in the same update), then records on the grant what the
+	// cordon call found: cordoned-by-us=true unless it already was.
 	OpCordon Op = "Cordon"
 	// OpMarkFailed writes the failure annotation; the slot stays held.
 	OpMarkFailed Op = "MarkFailed"
@@ -125,8 +148,10 @@ type SlotChange struct {
 	// Node is the holder (granted to, or released from).
 	Node string
 	// Grant fields.
-	Image        imageref.Pinned
-	BootID       string
+	Image  imageref.Pinned
+	BootID string
+	// CordonedByUs is what OpCordon records; the controller sets it from
+	// the cordon call's result, never from a cache.
 	CordonedByUs bool
 	// Failure is the reason OpMarkFailed writes.
 	Failure string
@@ -219,5 +244,8 @@ const (
 	WhyMalformed     = "Malformed"
 	WhyNotRenewed    = "NotRenewed"
 	WhyAlreadyDone   = "AlreadyOnTarget"
+	WhyReleased      = "ReleasedByAgent"
+	WhyCordon        = "Cordon"
+	WhyEligible      = "Eligible"
 	WhyRebootTimeout = fleetv1.ReasonRebootTimeout
 )

@@ -61,6 +61,7 @@ type world struct {
 	bns        map[string]*fleetv1.BootcNode
 	leases     map[string]*coordinationv1.Lease
 	drains     map[string]Drain
+	hb         map[string]Heartbeat
 	now        time.Time
 	uid        int
 }
@@ -87,6 +88,7 @@ func newWorld(n, maxUnavailable, maxStaging int) *world {
 		bns:    map[string]*fleetv1.BootcNode{},
 		leases: map[string]*coordinationv1.Lease{},
 		drains: map[string]Drain{},
+		hb:     map[string]Heartbeat{},
 		now:    t0,
 	}
 	for i := 0; i < n; i++ {
@@ -108,7 +110,18 @@ func (w *world) agentReports(name string, booted, staged imageref.Pinned, phase 
 		bn = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: fleetv1.BootcNodeSpec{Pool: poolName}}
 		w.bns[name] = bn
 	}
-	bn.Status = fleetv1.BootcNodeStatus{BootID: w.nodes[name].BootID, Phase: phase}
+	bn.Status = fleetv1.BootcNodeStatus{BootID: w.nodes[name].BootID, Phase: phase,
+		LastReportTime: &metav1.MicroTime{Time: w.now}}
+	// Like the agent: list every grant it holds in this boot, and the
+	// coordinator sees the new report now.
+	for _, ln := range sortedKeys(w.leases) {
+		if g, err := lease.Parse(w.leases[ln]); err == nil && g.Holder == name && g.BootID == bn.Status.BootID {
+			bn.Status.Grants = append(bn.Status.Grants, fleetv1.GrantInUse{Lease: g.Lease, UID: g.UID, LeaseTransitions: g.Transitions})
+		}
+	}
+	h := w.hb[name]
+	h.Seen = w.now
+	w.hb[name] = h
 	if booted.Digest != "" {
 		bn.Status.Booted = &fleetv1.Deployment{Image: booted.String(), Digest: booted.Digest}
 	}
@@ -125,6 +138,10 @@ func (w *world) input() Input {
 		Drains:        map[string]Drain{},
 		Now:           w.now,
 		LeaseDuration: time.Minute,
+		Heartbeats:    map[string]Heartbeat{},
+	}
+	for k, v := range w.hb {
+		in.Heartbeats[k] = v
 	}
 	for _, name := range sortedKeys(w.nodes) {
 		in.Nodes = append(in.Nodes, *w.nodes[name])
@@ -173,14 +190,31 @@ func (w *world) apply(out Output) {
 				n.Unschedulable = false
 			}
 		}
+		if c.Uncordon {
+			if n := w.nodes[c.Node]; n != nil {
+				n.CordonedFor = ""
+			}
+		}
 		ApplyToLease(l, c, w.now, time.Minute)
-		if (c.Op == OpGrant && c.Kind == lease.KindReboot && c.CordonedByUs) || c.Op == OpCordon {
-			w.nodes[c.Node].Unschedulable = true
+		// Like the controller: a reboot grant is cordoned at once, and
+		// cordoned-by-us records what the cordon found on the Node.
+		if (c.Op == OpGrant && c.Kind == lease.KindReboot) || c.Op == OpCordon {
+			g, err := lease.Parse(l)
+			n := w.nodes[c.Node]
+			if err != nil || n == nil {
+				continue
+			}
+			mark := lease.CordonMark(g.ID)
+			was := n.Unschedulable && n.CordonedFor != mark
+			if !n.Unschedulable {
+				n.Unschedulable, n.CordonedFor = true, mark
+			}
+			ApplyToLease(l, SlotChange{Op: OpCordon, CordonedByUs: !was}, w.now, time.Minute)
 		}
 	}
 	for _, name := range out.Uncordon {
 		if n := w.nodes[name]; n != nil {
-			n.Unschedulable = false
+			n.Unschedulable, n.CordonedFor = false, ""
 		}
 	}
 	for _, name := range out.StopDrains {

@@ -1,0 +1,107 @@
+package decide
+
+import (
+	"testing"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+func TestClaims(t *testing.T) {
+	stage, reboot := stageGrant(imgV2), rebootGrant(imgV2)
+	reboot.ID.Lease = lease.SlotName("pool", lease.KindReboot, 0)
+	exhausted := &StageFailure{Image: imgV2, Grant: stage.ID, Attempts: lease.MaxStageAttempts, RetryAt: t0}
+	tests := []struct {
+		name string
+		obs  func() Observation
+		act  Action
+		want map[string]string // lease -> Released ("" in use); absent: not listed
+	}{
+		{"a held stage grant for the desired image is listed in use", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaging}, map[string]string{stage.Lease: ""}},
+		{"a grant without a heartbeat yet is listed, so it gets one", func() Observation {
+			o := base()
+			g := stage
+			g.LastHeartbeat = time.Time{}
+			o.Grants = []HeldGrant{g}
+			return o
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{stage.Lease: ""}},
+		{"a stage grant is released after MaxStageAttempts failures under it", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stage}
+			o.LastStageFailure = exhausted
+			return o
+		}, Action{Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed}, map[string]string{stage.Lease: fleetv1.ReasonStageFailed}},
+		{"a stage failure still being retried keeps the grant", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stage}
+			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: stage.ID, Attempts: 1, RetryAt: t0.Add(time.Minute)}
+			return o
+		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed}, map[string]string{stage.Lease: ""}},
+		{"any other Degraded verdict releases a stage grant", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonUnlockedWithoutGrant}, map[string]string{stage.Lease: fleetv1.ReasonUnlockedWithoutGrant}},
+		{"a failed bootc status read keeps a stage grant", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStatusUnavailable}, map[string]string{stage.Lease: ""}},
+		{"a reboot grant is never released by the agent, even Degraded", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
+			o.Grants = []HeldGrant{reboot}
+			return o
+		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRebootDidNotHappen}, map[string]string{reboot.Lease: ""}},
+		{"a spent reboot grant is not listed", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{reboot}
+			o.Spent = []lease.ID{reboot.ID}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{}},
+		{"a grant of an earlier boot is not listed", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{grant(lease.KindStage, imgV2, bootB, "")}
+			return o
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{}},
+		{"a grant for an image no longer desired is not listed", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stageGrant(imgV1)}
+			return o
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{}},
+		{"a grant the coordinator marked failed is not listed", func() Observation {
+			o := base()
+			g := reboot
+			g.Failure = fleetv1.ReasonRebootTimeout
+			o.Grants = []HeldGrant{g}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{}},
+		{"another node's grant is not listed", func() Observation {
+			o := base()
+			g := stage
+			g.Holder = "node-b"
+			o.Grants = []HeldGrant{g}
+			return o
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := map[string]string{}
+			for _, c := range Claims(tc.obs(), tc.act) {
+				got[c.ID.Lease] = c.Released
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("Claims = %v, want %v", got, tc.want)
+			}
+			for l, r := range tc.want {
+				if g, ok := got[l]; !ok || g != r {
+					t.Fatalf("Claims = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
