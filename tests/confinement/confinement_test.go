@@ -1,17 +1,29 @@
 // Package confinement checks, against a real API server with real client
 // certificates, that a node's credentials reach only that node's objects:
-// packaging/rbac/agent.yaml plus packaging/policy/agent-policy.yaml.
+// packaging/rbac/agent.yaml plus packaging/policy/agent-policy.yaml, on the
+// production-shaped API server of tests/envtest (Node,RBAC authorization and
+// the NodeRestriction admission plugin).
+//
+// A node writes no slot Lease at all. Three layers refuse it, in the order the
+// API server applies them: RBAC (agent.yaml grants no Lease write), then
+// NodeRestriction (no Lease write by a node outside kube-node-lease), then the
+// Lease policy (no Lease write in bootc-fleet-system by the group
+// system:nodes). Each is checked with the others out of the way.
 package confinement
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +42,22 @@ const (
 	bootA  = "6b7e6b3c-0c1d-4a8e-9c57-3c1f0d1e2a3b"
 	bootB  = "11111111-2222-4333-8444-555555555555"
 	poolNm = "workers"
+
+	// stray is a member of system:nodes whose user name is not
+	// system:node:<name> (a misissued certificate, say). NodeRestriction and
+	// the Node authorizer do not know it as a node; the policies, which match
+	// the group, do. setup gives it RBAC to write slot Leases, so it shows
+	// what the Lease policy alone refuses.
+	stray = "bootc-fleet-stray"
+
+	nodeRestriction = `can only access leases in the "kube-node-lease" system namespace`
+	onlyCoordinator = "; only the coordinator grants, revokes and releases slots"
+)
+
+var (
+	reboot0 = lease.SlotName(poolNm, lease.KindReboot, 0) // held by node-a
+	reboot1 = lease.SlotName(poolNm, lease.KindReboot, 1) // held by node-b
+	stage0  = lease.SlotName(poolNm, lease.KindStage, 0)  // free
 )
 
 var env *envtest.Env
@@ -39,23 +67,30 @@ func TestMain(m *testing.M) { envtest.Main(m, &env) }
 // world is a pool with two nodes: node-a holds reboot slot 0, node-b holds
 // reboot slot 1, stage slot 0 is free.
 type world struct {
-	admin, nodeA client.Client
+	admin, nodeA, nodeB, stray client.Client
 }
 
-func setup(t *testing.T, ns string) (context.Context, world) {
+func setup(t *testing.T) (context.Context, world) {
 	t.Helper()
 	if env == nil {
 		envtest.SkipIfUnavailable(t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	root := envtest.RepoRoot()
-	if err := envtest.Apply(ctx, env.Client,
-		filepath.Join(root, "packaging/rbac/agent.yaml"),
-		filepath.Join(root, "packaging/policy/agent-policy.yaml")); err != nil {
+	if err := applyPackaging(ctx); err != nil {
 		t.Fatal(err)
 	}
 	admin := env.Client
+	strayRole := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "stray-writes-leases", Namespace: lease.Namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}}}}
+	strayBind := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "stray-writes-leases", Namespace: lease.Namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: strayRole.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: stray}}}
+	for _, o := range []client.Object{strayRole, strayBind} {
+		if err := admin.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
 	for _, n := range []string{"node-a", "node-b"} {
 		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: n}, Spec: fleetv1.BootcNodeSpec{Pool: poolNm, DesiredImage: img}}
 		if err := admin.Create(ctx, bn); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -67,30 +102,51 @@ func setup(t *testing.T, ns string) (context.Context, world) {
 	if err := admin.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	var stale coordinationv1.LeaseList
+	if err := admin.List(ctx, &stale, client.InNamespace(lease.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range stale.Items {
+		_ = admin.Delete(ctx, &stale.Items[i])
+		if err := waitGone(ctx, admin, &stale.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, l := range []*coordinationv1.Lease{
 		slot(lease.KindReboot, 0, "node-a", bootA, lease.PhaseDraining),
 		slot(lease.KindReboot, 1, "node-b", bootB, lease.PhaseReboot),
 		slot(lease.KindStage, 0, "", "", ""),
 	} {
-		_ = admin.Delete(ctx, l)
-		if err := waitGone(ctx, admin, l); err != nil {
-			t.Fatal(err)
-		}
 		if err := admin.Create(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := env.AddUser("system:node:node-a", "system:nodes")
-	if err != nil {
+	w := world{admin: admin, nodeA: user(t, "system:node:node-a"), nodeB: user(t, "system:node:node-b"), stray: user(t, stray)}
+	if err := w.waitForPolicies(ctx); err != nil {
 		t.Fatal(err)
 	}
-	nodeA, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := world{admin: admin, nodeA: nodeA}
-	w.waitForPolicies(t, ctx)
 	return ctx, w
+}
+
+func applyPackaging(ctx context.Context) error {
+	root := envtest.RepoRoot()
+	return envtest.Apply(ctx, env.Client,
+		filepath.Join(root, "packaging/rbac/agent.yaml"),
+		filepath.Join(root, "packaging/policy/agent-policy.yaml"))
+}
+
+// user is a client authenticated as name in the group system:nodes.
+func user(t *testing.T, name string) client.Client {
+	t.Helper()
+	cfg, err := env.AddUser(name, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func slot(kind lease.Kind, i int, holder, bootID string, phase lease.Phase) *coordinationv1.Lease {
@@ -113,42 +169,57 @@ func slot(kind lease.Kind, i int, holder, bootID string, phase lease.Phase) *coo
 }
 
 func waitGone(ctx context.Context, c client.Client, obj client.Object) error {
-	for {
+	return poll(ctx, func() (bool, error) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
-		if apierrors.IsNotFound(err) {
-			return nil
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// poll calls cond until it holds, returns an error, or ctx ends.
+func poll(ctx context.Context, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s still exists: %w", obj.GetName(), ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-// waitForPolicies waits until the API server enforces both policies: they are
-// loaded asynchronously after creation.
-func (w world) waitForPolicies(t *testing.T, ctx context.Context) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		errStatus := w.nodeA.Status().Patch(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
-			client.RawPatch(types.MergePatchType, []byte(`{"status":{"message":"probe"}}`)))
-		errLease := w.nodeA.Update(ctx, w.get(t, ctx, lease.SlotName(poolNm, lease.KindStage, 0), func(l *coordinationv1.Lease) {
-			l.Spec.HolderIdentity = ptr.To("node-a")
-		}))
-		if isPolicyDenial(errStatus) && isPolicyDenial(errLease) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("policies not enforced after 30s: status write: %v; lease write: %v", errStatus, errLease)
-		}
-		time.Sleep(100 * time.Millisecond)
+// probes are writes each policy refuses, sent as dry runs so that a probe
+// the API server lets through (a policy not loaded yet, or removed) changes
+// nothing: node-a writing node-b's status, and stray renewing a free slot.
+func (w world) probes(ctx context.Context) (errStatus, errLease error) {
+	errStatus = w.nodeA.Status().Patch(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
+		client.RawPatch(types.MergePatchType, []byte(`{"status":{"message":"probe"}}`)), client.DryRunAll)
+	errLease = w.stray.Patch(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: stage0, Namespace: lease.Namespace}},
+		renewPatch(), client.DryRunAll)
+	return errStatus, errLease
+}
+
+// waitForPolicies waits until the API server enforces both policies: they
+// (and RBAC changes) are loaded asynchronously after creation.
+func (w world) waitForPolicies(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var errStatus, errLease error
+	err := poll(ctx, func() (bool, error) {
+		errStatus, errLease = w.probes(ctx)
+		return isPolicyDenial(errStatus) && isPolicyDenial(errLease), nil
+	})
+	if err != nil {
+		return fmt.Errorf("policies not enforced after a minute: status write: %v; lease write: %v", errStatus, errLease)
 	}
+	return nil
 }
 
 func isPolicyDenial(err error) bool {
-	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "bootc-fleet: node ")
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy") &&
+		strings.Contains(err.Error(), "bootc-fleet: node ")
 }
 
 // get reads a Lease as admin and applies mutate to the copy the node will send.
@@ -162,6 +233,100 @@ func (w world) get(t *testing.T, ctx context.Context, name string, mutate func(l
 	return l
 }
 
+// leaseVersions is every slot Lease's resourceVersion, as admin sees them.
+func (w world) leaseVersions(t *testing.T, ctx context.Context) map[string]string {
+	t.Helper()
+	var ls coordinationv1.LeaseList
+	if err := w.admin.List(ctx, &ls, client.InNamespace(lease.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	v := map[string]string{}
+	for _, l := range ls.Items {
+		v[l.Name] = l.ResourceVersion
+	}
+	return v
+}
+
+func (w world) wantLeasesUnchanged(t *testing.T, ctx context.Context, before map[string]string) {
+	t.Helper()
+	after := w.leaseVersions(t, ctx)
+	if len(before) != 3 || fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("slot Leases changed despite the denials: before %v, after %v", before, after)
+	}
+}
+
+func renewPatch() client.Patch {
+	b, _ := json.Marshal(map[string]any{"spec": map[string]any{"renewTime": metav1.NewMicroTime(time.Now().Add(time.Second))}})
+	return client.RawPatch(types.MergePatchType, b)
+}
+
+// leaseWrite is one way a node could try to write a slot Lease.
+type leaseWrite struct {
+	name  string
+	verb  string // the RBAC verb
+	lease string // the Lease's name ("" for a delete of the collection)
+	op    string // the admission operation
+	do    func(t *testing.T, c client.Client) error
+}
+
+// leaseWrites are the writes a node must never make: renew, grant to node-a or node-b,
+// release, patch and delete each slot (its own, another node's, a free one),
+// create a grant for itself or for another node, delete them all.
+func (w world) leaseWrites(ctx context.Context) []leaseWrite {
+	ref := func(name string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lease.Namespace}}
+	}
+	update := func(name string, mutate func(*coordinationv1.Lease)) func(*testing.T, client.Client) error {
+		return func(t *testing.T, c client.Client) error { return c.Update(ctx, w.get(t, ctx, name, mutate)) }
+	}
+	renew := func(l *coordinationv1.Lease) { l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Second)} }
+	takeFor := func(node string) func(*coordinationv1.Lease) {
+		return func(l *coordinationv1.Lease) {
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.RenewTime = ptr.To(node), &now, &now
+			l.Spec.LeaseDurationSeconds = ptr.To(int32(60))
+			l.Labels[lease.LabelHolder] = node
+			l.Annotations = map[string]string{lease.AnnotationImage: img, lease.AnnotationBootID: bootA}
+		}
+	}
+	release := func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil; delete(l.Labels, lease.LabelHolder) }
+	var ws []leaseWrite
+	for _, name := range []string{reboot0, reboot1, stage0} {
+		ws = append(ws,
+			leaseWrite{"renew " + name, "update", name, "UPDATE", update(name, renew)},
+			leaseWrite{"grant " + name + " to node-a", "update", name, "UPDATE", update(name, takeFor("node-a"))},
+			leaseWrite{"grant " + name + " to node-b", "update", name, "UPDATE", update(name, takeFor("node-b"))},
+			leaseWrite{"patch renewTime of " + name, "patch", name, "UPDATE", func(_ *testing.T, c client.Client) error { return c.Patch(ctx, ref(name), renewPatch()) }},
+			leaseWrite{"delete " + name, "delete", name, "DELETE", func(_ *testing.T, c client.Client) error { return c.Delete(ctx, ref(name)) }},
+		)
+	}
+	ws = append(ws,
+		leaseWrite{"release " + reboot0, "update", reboot0, "UPDATE", update(reboot0, release)},
+		leaseWrite{"advance the phase of " + reboot0, "update", reboot0, "UPDATE", update(reboot0, func(l *coordinationv1.Lease) {
+			l.Annotations[lease.AnnotationPhase] = string(lease.PhaseReboot)
+		})},
+		leaseWrite{"change the image of " + reboot0, "update", reboot0, "UPDATE", update(reboot0, func(l *coordinationv1.Lease) {
+			l.Annotations[lease.AnnotationImage] = other
+		})},
+		leaseWrite{"create a grant for itself", "create", "workers-stage-5", "CREATE", func(_ *testing.T, c client.Client) error {
+			return c.Create(ctx, slot(lease.KindStage, 5, "node-a", bootA, ""))
+		}},
+		leaseWrite{"create a grant for node-b", "create", "workers-reboot-5", "CREATE", func(_ *testing.T, c client.Client) error {
+			return c.Create(ctx, slot(lease.KindReboot, 5, "node-b", bootB, lease.PhaseReboot))
+		}},
+		leaseWrite{"apply a grant for node-b", "patch", "workers-reboot-6", "CREATE", func(_ *testing.T, c client.Client) error {
+			l := slot(lease.KindReboot, 6, "node-b", bootB, lease.PhaseReboot)
+			l.TypeMeta = metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}
+			l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil
+			return c.Patch(ctx, l, client.Apply, client.FieldOwner("forger"))
+		}},
+		leaseWrite{"delete every slot Lease", "deletecollection", "", "DELETE", func(_ *testing.T, c client.Client) error {
+			return c.DeleteAllOf(ctx, &coordinationv1.Lease{}, client.InNamespace(lease.Namespace))
+		}},
+	)
+	return ws
+}
+
 func wantPolicyDenial(t *testing.T, err error, message string) {
 	t.Helper()
 	if !apierrors.IsForbidden(err) {
@@ -172,160 +337,246 @@ func wantPolicyDenial(t *testing.T, err error, message string) {
 	}
 }
 
-func wantRBACDenial(t *testing.T, err error, verb, resource string) {
+// wantRBACDenial wants the authorizers' refusal of user's verb on resource:
+// `User "<user>" cannot <verb> resource "<resource>" in API group ...`.
+func wantRBACDenial(t *testing.T, err error, user, verb, resource string) {
 	t.Helper()
-	want := fmt.Sprintf(`cannot %s resource "%s"`, verb, resource)
+	want := fmt.Sprintf(`User %q cannot %s resource %q`, user, verb, resource)
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("got %v, want RBAC Forbidden (%s)", err, want)
 	}
+	if resource == "leases" && !strings.Contains(err.Error(), fmt.Sprintf(`in the namespace %q`, lease.Namespace)) {
+		t.Fatalf("RBAC denial outside %s: %v", lease.Namespace, err)
+	}
+}
+
+// wantNodeRestriction wants NodeRestriction's refusal: the admission
+// plugin's whole message, which (unlike an authorizer's) has no `User ...
+// cannot ...` in front of the reason.
+func wantNodeRestriction(t *testing.T, err error, name string) {
+	t.Helper()
+	if name == "" { // a delete of the collection: admission names no Lease, and the API server says "Unknown"
+		name = "Unknown"
+	}
+	want := fmt.Sprintf("leases.coordination.k8s.io %q is forbidden: %s", name, nodeRestriction)
+	if !apierrors.IsForbidden(err) || err.Error() != want {
+		t.Fatalf("got %v, want Forbidden by NodeRestriction: %s", err, want)
+	}
+}
+
+// waitAllowed waits until the API server lets c do verb on resource in ns,
+// or (allowed false) refuses it: RBAC changes reach the authorizer through
+// an informer.
+func waitAllowed(ctx context.Context, c client.Client, allowed bool, ns, verb, group, resource string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := poll(ctx, func() (bool, error) {
+		r := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource}}}
+		if err := c.Create(ctx, r); err != nil {
+			return false, err
+		}
+		return r.Status.Allowed == allowed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s %s/%s in %q: allowed=%v not reached: %w", verb, group, resource, ns, allowed, err)
+	}
+	return nil
 }
 
 func TestNodeMayDoItsJob(t *testing.T) {
-	ctx, w := setup(t, "job")
-	// Renew its own lease: only renewTime changes.
-	renewed := time.Now().Add(time.Second).Truncate(time.Microsecond)
-	l := w.get(t, ctx, lease.SlotName(poolNm, lease.KindReboot, 0), func(l *coordinationv1.Lease) {
-		l.Spec.RenewTime = &metav1.MicroTime{Time: renewed}
-	})
-	if err := w.nodeA.Update(ctx, l); err != nil {
-		t.Fatalf("renewing its own lease: %v", err)
-	}
+	ctx, w := setup(t)
 	// Write its own status with a merge patch, as the agent does.
 	patch := []byte(`{"status":{"phase":"Staged","bootID":"` + bootA + `","message":"ok"}}`)
 	if err := w.nodeA.Status().Patch(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}},
 		client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatalf("patching its own status: %v", err)
 	}
-	// Read what it needs.
-	var leases coordinationv1.LeaseList
-	if err := w.nodeA.List(ctx, &leases, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelHolder: "node-a"}); err != nil || len(leases.Items) != 1 {
-		t.Fatalf("listing its leases: %d, %v", len(leases.Items), err)
-	}
+	// Read what it needs: its BootcNode, and the slot Leases (get, list, watch).
 	bn := &fleetv1.BootcNode{}
 	if err := w.nodeA.Get(ctx, client.ObjectKey{Name: "node-a"}, bn); err != nil || bn.Status.Phase != fleetv1.PhaseStaged {
 		t.Fatalf("reading its BootcNode: %v (phase %q)", err, bn.Status.Phase)
 	}
-	got := w.get(t, ctx, l.Name, func(*coordinationv1.Lease) {})
-	if !got.Spec.RenewTime.Time.Equal(renewed) {
-		t.Fatalf("renewTime = %v, want %v", got.Spec.RenewTime, renewed)
+	var leases coordinationv1.LeaseList
+	if err := w.nodeA.List(ctx, &leases, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelHolder: "node-a"}); err != nil || len(leases.Items) != 1 {
+		t.Fatalf("listing its leases: %d, %v", len(leases.Items), err)
 	}
+	if err := w.nodeA.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: reboot1}, &coordinationv1.Lease{}); err != nil {
+		t.Fatalf("reading another node's lease: %v", err)
+	}
+	cfg, err := env.AddUser("system:node:node-a", "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := wc.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(lease.Namespace))
+	if err != nil {
+		t.Fatalf("watching slot leases: %v", err)
+	}
+	watch.Stop()
+}
+
+// TestNodeCannotWriteSlotLeases: with the packaging as shipped, a node
+// cannot write any slot Lease in any way, and the refusal is RBAC's.
+func TestNodeCannotWriteSlotLeases(t *testing.T) {
+	ctx, w := setup(t)
+	before := w.leaseVersions(t, ctx)
+	for _, n := range []struct {
+		user string
+		c    client.Client
+	}{{"system:node:node-a", w.nodeA}, {"system:node:node-b", w.nodeB}} {
+		for _, lw := range w.leaseWrites(ctx) {
+			t.Run(n.user+"/"+lw.name, func(t *testing.T) { wantRBACDenial(t, lw.do(t, n.c), n.user, lw.verb, "leases") })
+		}
+	}
+	w.wantLeasesUnchanged(t, ctx, before)
 }
 
 func TestNodeDeniedByPolicy(t *testing.T) {
-	ctx, w := setup(t, "policy")
-	reboot0 := lease.SlotName(poolNm, lease.KindReboot, 0)
-	cases := []struct {
-		name    string
-		do      func() error
-		message string
-	}{
-		{"write another node's status", func() error {
-			return w.nodeA.Status().Patch(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
-				client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Idle"}}`)))
-		}, "may only write the status of BootcNode node-a, not node-b"},
-		{"take a free slot", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, lease.SlotName(poolNm, lease.KindStage, 0), func(l *coordinationv1.Lease) {
-				l.Spec.HolderIdentity = ptr.To("node-a")
-			}))
-		}, "may only renew slot Leases it holds; workers-stage-0 is held by nobody"},
-		{"take another node's slot", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, lease.SlotName(poolNm, lease.KindReboot, 1), func(l *coordinationv1.Lease) {
-				l.Spec.HolderIdentity = ptr.To("node-a")
-				l.Labels[lease.LabelHolder] = "node-a"
-			}))
-		}, "workers-reboot-1 is held by node-b"},
-		{"renew another node's slot", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, lease.SlotName(poolNm, lease.KindReboot, 1), func(l *coordinationv1.Lease) {
-				l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-			}))
-		}, "workers-reboot-1 is held by node-b"},
-		{"release its own slot", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, reboot0, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil }))
-		}, "may not hand over or release slot Lease workers-reboot-0"},
-		{"change its grant's image", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, reboot0, func(l *coordinationv1.Lease) { l.Annotations[lease.AnnotationImage] = other }))
-		}, "may change only spec.renewTime of slot Lease workers-reboot-0"},
-		{"advance its grant's phase", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, reboot0, func(l *coordinationv1.Lease) {
-				l.Annotations[lease.AnnotationPhase] = string(lease.PhaseReboot)
-			}))
-		}, "may change only spec.renewTime of slot Lease workers-reboot-0"},
-		{"change its grant's boot ID", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, reboot0, func(l *coordinationv1.Lease) { l.Annotations[lease.AnnotationBootID] = bootB }))
-		}, "may change only spec.renewTime"},
-		{"extend leaseDurationSeconds", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, reboot0, func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = ptr.To(int32(86400)) }))
-		}, "may change only spec.renewTime"},
-		{"reset leaseTransitions", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, reboot0, func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(7)) }))
-		}, "may change only spec.renewTime"},
-		{"add a finalizer to its lease", func() error {
-			return w.nodeA.Update(ctx, w.get(t, ctx, reboot0, func(l *coordinationv1.Lease) { l.Finalizers = []string{"example.com/keep"} }))
-		}, "may change only spec.renewTime"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) { wantPolicyDenial(t, tc.do(), tc.message) })
-	}
-	// Nothing changed.
-	l := w.get(t, ctx, reboot0, func(*coordinationv1.Lease) {})
-	if l.Annotations[lease.AnnotationPhase] != string(lease.PhaseDraining) || *l.Spec.LeaseDurationSeconds != 60 || l.Annotations[lease.AnnotationImage] != img {
-		t.Fatalf("lease changed despite denials: %+v %+v", l.Annotations, l.Spec)
+	ctx, w := setup(t)
+	err := w.nodeA.Status().Patch(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
+		client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Idle"}}`)))
+	wantPolicyDenial(t, err, "may only write the status of BootcNode node-a, not node-b")
+	bn := &fleetv1.BootcNode{}
+	if err := w.admin.Get(ctx, client.ObjectKey{Name: "node-b"}, bn); err != nil || bn.Status.Phase == fleetv1.PhaseIdle {
+		t.Fatalf("node-b's status changed despite the denial: %v, phase %q", err, bn.Status.Phase)
 	}
 }
 
 func TestNodeDeniedByRBAC(t *testing.T) {
-	ctx, w := setup(t, "rbac")
-	reboot0 := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: lease.SlotName(poolNm, lease.KindReboot, 0), Namespace: lease.Namespace}}
-	wantRBACDenial(t, w.nodeA.Delete(ctx, reboot0), "delete", "leases")
-	wantRBACDenial(t, w.nodeA.Create(ctx, slot(lease.KindStage, 5, "node-a", bootA, "")), "create", "leases")
+	ctx, w := setup(t)
+	const u = "system:node:node-a"
 	p := &fleetv1.BootcNodePool{}
 	if err := w.admin.Get(ctx, client.ObjectKey{Name: poolNm}, p); err != nil {
 		t.Fatal(err)
 	}
 	p.Spec.Rollout.Paused = true
-	wantRBACDenial(t, w.nodeA.Update(ctx, p), "update", "bootcnodepools")
-	wantRBACDenial(t, w.nodeA.Delete(ctx, p), "delete", "bootcnodepools")
+	wantRBACDenial(t, w.nodeA.Update(ctx, p), u, "update", "bootcnodepools")
+	wantRBACDenial(t, w.nodeA.Delete(ctx, p), u, "delete", "bootcnodepools")
 	bn := &fleetv1.BootcNode{}
 	if err := w.admin.Get(ctx, client.ObjectKey{Name: "node-a"}, bn); err != nil {
 		t.Fatal(err)
 	}
 	bn.Spec.DesiredImage = other
-	wantRBACDenial(t, w.nodeA.Update(ctx, bn), "update", "bootcnodes")
-	wantRBACDenial(t, w.nodeA.Patch(ctx, bn, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"desiredImage":"`+other+`"}}`))), "patch", "bootcnodes")
-	wantRBACDenial(t, w.nodeA.Delete(ctx, bn), "delete", "bootcnodes")
-	wantRBACDenial(t, w.nodeA.Status().Update(ctx, bn), "update", "bootcnodes/status")
+	wantRBACDenial(t, w.nodeA.Update(ctx, bn), u, "update", "bootcnodes")
+	wantRBACDenial(t, w.nodeA.Patch(ctx, bn, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"desiredImage":"`+other+`"}}`))), u, "patch", "bootcnodes")
+	wantRBACDenial(t, w.nodeA.Delete(ctx, bn), u, "delete", "bootcnodes")
+	wantRBACDenial(t, w.nodeA.Status().Update(ctx, bn), u, "update", "bootcnodes/status")
 }
 
-// TestPolicyHoldsWhenRBACIsTooWide widens RBAC for node-a by mistake and
-// checks the policies still refuse what a node must never do.
-func TestPolicyHoldsWhenRBACIsTooWide(t *testing.T) {
-	ctx, w := setup(t, "wide")
+// TestRBACAloneRefusesLeaseWrites removes the admission policies and shows
+// that RBAC by itself refuses every slot Lease write by a node: no node can
+// forge a grant for itself or another, even on a cluster without the
+// policies. The policies are restored afterwards for the other tests.
+func TestRBACAloneRefusesLeaseWrites(t *testing.T) {
+	ctx, w := setup(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := applyPackaging(ctx); err != nil {
+			t.Errorf("restoring the policies: %v", err)
+			return
+		}
+		if err := w.waitForPolicies(ctx); err != nil {
+			t.Errorf("restoring the policies: %v", err)
+		}
+	})
+	for _, name := range []string{"bootc-fleet-agent-bootcnodes", "bootc-fleet-agent-leases"} {
+		for _, o := range []client.Object{
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		} {
+			if err := w.admin.Delete(ctx, o); err != nil {
+				t.Fatalf("deleting %T %s: %v", o, name, err)
+			}
+		}
+	}
+	// Wait until neither policy applies: both probes (dry runs) go through.
+	var errStatus, errLease error
+	if err := poll(ctx, func() (bool, error) {
+		errStatus, errLease = w.probes(ctx)
+		return errStatus == nil && errLease == nil, nil
+	}); err != nil {
+		t.Fatalf("policies still apply after their deletion: status write: %v; lease write: %v", errStatus, errLease)
+	}
+
+	before := w.leaseVersions(t, ctx)
+	for _, n := range []struct {
+		user string
+		c    client.Client
+	}{{"system:node:node-a", w.nodeA}, {"system:node:node-b", w.nodeB}} {
+		for _, lw := range w.leaseWrites(ctx) {
+			t.Run(n.user+"/"+lw.name, func(t *testing.T) { wantRBACDenial(t, lw.do(t, n.c), n.user, lw.verb, "leases") })
+		}
+	}
+	w.wantLeasesUnchanged(t, ctx, before)
+}
+
+// TestWhenRBACIsTooWide widens RBAC by mistake and checks that the next
+// layers still refuse what a node must never do: NodeRestriction every
+// Lease write by a node outside kube-node-lease, the Lease policy every slot
+// Lease write by any member of system:nodes (stray, which NodeRestriction
+// does not know as a node, stands in for a cluster without the plugin), the
+// BootcNode policy every BootcNode write but the node's own status.
+func TestWhenRBACIsTooWide(t *testing.T) {
+	ctx, w := setup(t)
 	wide := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "too-wide"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"fleet.bootc.dev", "coordination.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"*"}},
 	}}
 	bind := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "too-wide"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "too-wide"},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "system:node:node-a"}}}
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "too-wide"},
+		Subjects: []rbacv1.Subject{
+			{APIGroup: rbacv1.GroupName, Kind: "User", Name: "system:node:node-a"},
+			{APIGroup: rbacv1.GroupName, Kind: "User", Name: stray},
+		}}
 	for _, o := range []client.Object{wide, bind} {
 		if err := w.admin.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = w.admin.Delete(context.Background(), o) })
 	}
-	reboot0 := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: lease.SlotName(poolNm, lease.KindReboot, 0), Namespace: lease.Namespace}}
-	// RBAC changes take effect asynchronously: wait until the delete is no
-	// longer refused by RBAC, then it must be refused by the policy.
-	deadline := time.Now().Add(20 * time.Second)
-	var err error
-	for {
-		err = w.nodeA.Delete(ctx, reboot0)
-		if !strings.Contains(fmt.Sprint(err), "cannot delete resource") || time.Now().After(deadline) {
-			break
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, o := range []client.Object{bind, wide} {
+			if err := w.admin.Delete(ctx, o); err != nil {
+				t.Errorf("deleting %s: %v", o.GetName(), err)
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		// Leave RBAC as the next test expects it.
+		if err := waitAllowed(ctx, w.nodeA, false, lease.Namespace, "update", "coordination.k8s.io", "leases"); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, c := range []client.Client{w.nodeA, w.stray} {
+		for _, verb := range []string{"create", "update", "patch", "delete", "deletecollection"} {
+			if err := waitAllowed(ctx, c, true, lease.Namespace, verb, "coordination.k8s.io", "leases"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, verb := range []string{"create", "update", "delete"} {
+			if err := waitAllowed(ctx, c, true, "", verb, "fleet.bootc.dev", "bootcnodes"); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	wantPolicyDenial(t, err, "may not DELETE slot Lease workers-reboot-0")
-	wantPolicyDenial(t, w.nodeA.Create(ctx, slot(lease.KindStage, 5, "node-a", bootA, "")), "may not CREATE slot Lease workers-stage-5")
+
+	before := w.leaseVersions(t, ctx)
+	for _, lw := range w.leaseWrites(ctx) {
+		t.Run("node-a/"+lw.name, func(t *testing.T) { wantNodeRestriction(t, lw.do(t, w.nodeA), lw.lease) })
+	}
+	for _, lw := range w.leaseWrites(ctx) {
+		t.Run("stray/"+lw.name, func(t *testing.T) {
+			what := "slot Lease " + lw.lease
+			if lw.lease == "" { // a delete of the collection: refused at its first Lease, which admission sees without a name
+				what = "slot Leases"
+			}
+			wantPolicyDenial(t, lw.do(t, w.stray), fmt.Sprintf("bootc-fleet: node %s may not write %s (%s)%s", stray, what, lw.op, onlyCoordinator))
+		})
+	}
+	w.wantLeasesUnchanged(t, ctx, before)
 
 	bn := &fleetv1.BootcNode{}
 	if err := w.admin.Get(ctx, client.ObjectKey{Name: "node-a"}, bn); err != nil {
@@ -337,10 +588,35 @@ func TestPolicyHoldsWhenRBACIsTooWide(t *testing.T) {
 	wantPolicyDenial(t, w.nodeA.Create(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a2"}, Spec: fleetv1.BootcNodeSpec{Pool: poolNm}}),
 		"may only write BootcNode status, not CREATE the object")
 
-	// The kubelet's heartbeat Leases in kube-node-lease are not slot Leases: untouched.
-	hb := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Namespace: "default"},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a")}}
-	if err := w.nodeA.Create(ctx, hb); err != nil {
-		t.Fatalf("a lease outside bootc-fleet-system was refused: %v", err)
+	// The kubelet's heartbeat Lease in kube-node-lease is not a slot Lease:
+	// the node still creates and renews its own (the Node authorizer allows
+	// it, NodeRestriction checks the name, the policy does not match it).
+	if err := poll(ctx, func() (bool, error) { // the API server creates kube-node-lease soon after it starts
+		err := w.admin.Get(ctx, client.ObjectKey{Name: "kube-node-lease"}, &corev1.Namespace{})
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatalf("namespace kube-node-lease: %v", err)
 	}
+	hb := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Namespace: "kube-node-lease"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), RenewTime: &metav1.MicroTime{Time: time.Now()}}}
+	if err := w.nodeA.Create(ctx, hb); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("its heartbeat lease was refused: %v", err)
+	}
+	if err := w.nodeA.Get(ctx, client.ObjectKeyFromObject(hb), hb); err != nil {
+		t.Fatal(err)
+	}
+	hb.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(time.Second)}
+	if err := w.nodeA.Update(ctx, hb); err != nil {
+		t.Fatalf("renewing its heartbeat lease was refused: %v", err)
+	}
+	// And a Lease elsewhere is not a slot Lease either: the policy lets
+	// stray (which NodeRestriction does not restrict) write one in default.
+	elsewhere := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "not-a-slot", Namespace: "default"}}
+	if err := w.stray.Create(ctx, elsewhere); err != nil {
+		t.Fatalf("a lease outside %s was refused: %v", lease.Namespace, err)
+	}
+	t.Cleanup(func() { _ = w.admin.Delete(context.Background(), elsewhere) })
+	// ... while NodeRestriction refuses a node a Lease in any namespace but
+	// kube-node-lease, even one named after it.
+	wantNodeRestriction(t, w.nodeA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Namespace: "default"}}), "node-a")
 }

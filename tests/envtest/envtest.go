@@ -1,5 +1,7 @@
 // Package envtest starts a real kube-apiserver + etcd (controller-runtime's
 // envtest) with the bootc-fleet CRDs installed, for tests of every package.
+// The API server is production-shaped: --authorization-mode=Node,RBAC and the
+// NodeRestriction admission plugin, as on kubeadm, EKS or GKE.
 //
 // The binaries come from KUBEBUILDER_ASSETS, which `make test` builds once
 // from the Go module proxy (tests/envtest/install-envtest.sh). Without it a
@@ -27,6 +29,12 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// The API server's --authorization-mode and --enable-admission-plugins.
+const (
+	AuthorizationMode = "Node,RBAC"
+	AdmissionPlugins  = "NodeRestriction"
 )
 
 // Env is a running API server with the CRDs installed.
@@ -113,9 +121,22 @@ func StartShared() (*Env, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	// Node identities and their RBAC are part of what the tests check, so
-	// authorization is RBAC (envtest's default, made explicit).
-	env.ControlPlane.GetAPIServer().Configure().Set("authorization-mode", "RBAC")
+	// Production-shaped authorization and admission, as kubeadm, EKS and GKE
+	// run them: node identities (system:node:<name>, group system:nodes) and
+	// their RBAC are part of what the tests check, and on a real cluster the
+	// Node authorizer and the NodeRestriction admission plugin stand between a
+	// node's credentials and the API. NodeRestriction refuses a node every
+	// create, update and delete of a Lease outside kube-node-lease, so a test
+	// against a laxer server could pass with a protocol that fails on every
+	// real cluster. tests/envtest/envtest_test.go checks both are on.
+	//
+	// controller-runtime's envtest (v0.25.2) sets no enable-admission-plugins
+	// of its own (only disable-admission-plugins=ServiceAccount, kept), so
+	// this adds NodeRestriction to the API server's default plugins
+	// (ValidatingAdmissionPolicy among them) rather than replacing any.
+	args := env.ControlPlane.GetAPIServer().Configure()
+	args.Set("authorization-mode", AuthorizationMode)
+	args.Set("enable-admission-plugins", AdmissionPlugins)
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
