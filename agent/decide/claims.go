@@ -19,7 +19,8 @@ type Claim struct {
 
 // Claims returns the grants to list in the report of action a: every grant
 // this node holds in the current boot for the image it is moving to, unless
-// the coordinator marked it failed or a reboot already spent it. A stage
+// the coordinator marked it failed or a reboot already spent it; a grant
+// issued in another boot is listed as released (GrantedInAnotherBoot). A stage
 // grant is released when the stage failed lease.MaxStageAttempts times under
 // it, or when a is a Degraded verdict (the agent cannot use the grant, so it
 // must not keep the slot from the next node). Reboot grants are never
@@ -28,7 +29,12 @@ type Claim struct {
 func Claims(o Observation, a Action) []Claim {
 	var out []Claim
 	for _, g := range o.Grants {
-		if g.Holder != o.Node || g.BootID != o.Boot.BootID || g.Failure != "" || !o.Boot.Known() {
+		if g.Holder != o.Node || g.Failure != "" || !o.Boot.Known() {
+			continue
+		}
+		if g.BootID != o.Boot.BootID {
+			// Void in this boot (I5): say so, so a stage slot is handed on.
+			out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonGrantedInAnotherBoot})
 			continue
 		}
 		wanted := o.Desired.Set && o.Desired.Invalid == "" && g.Image == o.Desired.Image

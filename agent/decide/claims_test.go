@@ -63,11 +63,11 @@ func TestClaims(t *testing.T) {
 			o.Spent = []lease.ID{reboot.ID}
 			return o
 		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{}},
-		{"a grant of an earlier boot is not listed", func() Observation {
+		{"a grant of another boot is listed as released", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{grant(lease.KindStage, imgV2, bootB, "")}
 			return o
-		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{}},
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{stage.Lease: fleetv1.ReasonGrantedInAnotherBoot}},
 		{"a grant for an image no longer desired is not listed", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV1)}

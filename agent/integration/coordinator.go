@@ -159,7 +159,7 @@ func (k *Coordinator) update(ctx context.Context, name string, fn func(*coordina
 		}
 		fn(l)
 		err := k.C.Update(ctx, l)
-		if !apierrors.IsConflict(err) { // the agent's renew may race us
+		if !apierrors.IsConflict(err) { // an admin or a test may race us
 			return err
 		}
 	}
@@ -196,4 +196,17 @@ func (k *Coordinator) WaitStatus(ctx context.Context, node string, ok func(fleet
 // PhaseIs matches a status phase (and reason, when given).
 func PhaseIs(p fleetv1.NodePhase, reason string) func(fleetv1.BootcNodeStatus) bool {
 	return func(s fleetv1.BootcNodeStatus) bool { return s.Phase == p && (reason == "" || s.Reason == reason) }
+}
+
+// Lists matches a status that lists grant id with the given release reason
+// ("" while the agent uses it).
+func Lists(id lease.ID, released string) func(fleetv1.BootcNodeStatus) bool {
+	return func(s fleetv1.BootcNodeStatus) bool {
+		for _, g := range s.Grants {
+			if g.Lease == id.Lease && g.UID == id.UID && g.LeaseTransitions == id.Transitions && g.Released == released {
+				return true
+			}
+		}
+		return false
+	}
 }

@@ -272,7 +272,7 @@ func TestPrinterColumns(t *testing.T) {
 		row      []string // cells that must appear in the first matching row
 		name     string
 	}{
-		{"bootcnodepools", []string{"Name", "Image", "Nodes", "Updated", "Staging", "Rebooting", "Degraded", "Target", "Age"}, []string{"table", "quay.io/example/os:42"}, "table"},
+		{"bootcnodepools", []string{"Name", "Image", "Nodes", "Updated", "Staging", "Rebooting", "Degraded", "Quiet", "Target", "Age"}, []string{"table", "quay.io/example/os:42"}, "table"},
 		{"bootcnodes", []string{"Name", "Pool", "Phase", "Booted", "Desired", "Reason", "Age"}, []string{"table-node", "workers", "quay.io/example/os@" + digest}, "table-node"},
 	}
 	rc, err := rest.RESTClientFor(restConfigFor(env.Config))

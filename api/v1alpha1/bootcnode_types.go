@@ -65,6 +65,9 @@ const (
 	ReasonInvalidDesiredImage = "InvalidDesiredImage"
 	// ReasonRebootTimeout: set by the coordinator on the grant when the node did not come back.
 	ReasonRebootTimeout = "RebootTimeout"
+	// ReasonGrantedInAnotherBoot: a grant the agent lists as released because
+	// it was issued in another boot (void in this one).
+	ReasonGrantedInAnotherBoot = "GrantedInAnotherBoot"
 )
 
 // ConditionAPIAccess is a BootcNode condition the agent keeps: False while
