@@ -301,7 +301,13 @@ func (f *fleet) step(ctx context.Context, name string) {
 	desired, derr := imageref.ParsePinned(bn.Spec.DesiredImage)
 	grants := f.grants(ctx, name)
 	check := func(a lease.Action, g lease.Grant) bool {
-		return g.Allows(lease.Check{Node: name, Action: a, Image: desired.String(), BootID: fn.bootID(), Now: time.Now(), LastHeartbeat: g.Renewed}) == nil
+		// The fake's heartbeat is its last report (it reports on every change
+		// and at least every 15s).
+		hb := g.Acquired
+		if bn.Status.LastReportTime != nil {
+			hb = bn.Status.LastReportTime.Time
+		}
+		return g.Allows(lease.Check{Node: name, Action: a, Image: desired.String(), BootID: fn.bootID(), Now: time.Now(), LastHeartbeat: hb}) == nil
 	}
 	switch {
 	case derr != nil || desired == fn.booted:
@@ -362,8 +368,18 @@ func (f *fleet) report(ctx context.Context, bn *fleetv1.BootcNode, fn *fakeNode,
 		Booted:             deployment(fn.booted, false),
 		Staged:             deployment(fn.staged, true),
 		Phase:              phase,
+		LastReportTime:     &metav1.MicroTime{Time: time.Now()},
 	}
-	if equalStatus(st, bn.Status) {
+	// Like the agent: list the grants held in this boot; a report is a
+	// heartbeat, sent at least 4 times per lease duration.
+	for _, g := range f.grants(ctx, fn.name) {
+		if g.BootID == st.BootID {
+			st.Grants = append(st.Grants, fleetv1.GrantInUse{Lease: g.Lease, UID: g.UID, LeaseTransitions: g.Transitions})
+		}
+	}
+	sort.Slice(st.Grants, func(i, j int) bool { return st.Grants[i].Lease < st.Grants[j].Lease })
+	last := bn.Status.LastReportTime
+	if equalStatus(st, bn.Status) && last != nil && time.Since(last.Time) < 15*time.Second {
 		return
 	}
 	bn.Status = st
@@ -379,7 +395,8 @@ func equalStatus(a, b fleetv1.BootcNodeStatus) bool {
 		}
 		return fmt.Sprint(x.Digest, x.DownloadOnly)
 	}
-	return a.BootID == b.BootID && a.Phase == b.Phase && d(a.Booted) == d(b.Booted) && d(a.Staged) == d(b.Staged) && a.ObservedGeneration == b.ObservedGeneration
+	return a.BootID == b.BootID && a.Phase == b.Phase && d(a.Booted) == d(b.Booted) && d(a.Staged) == d(b.Staged) &&
+		a.ObservedGeneration == b.ObservedGeneration && fmt.Sprint(a.Grants) == fmt.Sprint(b.Grants)
 }
 
 // finishPodDeletions plays the kubelet: pods being deleted on the node go away.

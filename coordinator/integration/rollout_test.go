@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -242,9 +243,13 @@ func TestPauseStopsGrantsResumeFinishes(t *testing.T) {
 			t.Fatalf("slot %s granted while paused", l.Name)
 		}
 	}
-	p := f.getPool()
-	p.Spec.Rollout.Paused = false
-	if err := env.Client.Update(ctx, p); err != nil {
+	// The coordinator writes the pool's status meanwhile: retry conflicts,
+	// as kubectl edit would have the operator do.
+	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		p := f.getPool()
+		p.Spec.Rollout.Paused = false
+		return env.Client.Update(ctx, p)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	f.allOn(t, v1, 60*time.Second)

@@ -192,7 +192,8 @@ func (p *planner) quietAgents(holds map[string][]*Slot) (quiet, refusing []strin
 		if bn.Status.LastReportTime == nil {
 			what = "never reported"
 		}
-		quiet = append(quiet, fmt.Sprintf("%s (%s; nothing new for %s)", name, what, p.in.Now.Sub(since).Round(time.Second)))
+		// A fixed time, not an age: the status must not change every reconcile.
+		quiet = append(quiet, fmt.Sprintf("%s (%s; nothing new since %s)", name, what, since.UTC().Format(time.RFC3339)))
 	}
 	return quiet, refusing
 }

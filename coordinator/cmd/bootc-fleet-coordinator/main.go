@@ -37,7 +37,8 @@ func main() {
 		metricsAddr     = flag.String("metrics-bind-address", ":8080", "address of /metrics (0 disables)")
 		probeAddr       = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 		resolveInterval = flag.Duration("resolve-interval", controller.DefaultResolveInterval, "how often a tag is re-resolved to a digest")
-		leaseDuration   = flag.Duration("lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants")
+		leaseDuration   = flag.Duration("lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants; a stage grant whose holder was not seen reporting for this long expires")
+		quietAfter      = flag.Duration("quiet-after", controller.DefaultQuietAfter, "a node with rollout work whose agent has not reported for this long is counted and named on its pool")
 		requeue         = flag.Duration("requeue-interval", controller.DefaultRequeueInterval, "longest time a pool goes without a reconcile")
 		workers         = flag.Int("workers", controller.DefaultWorkers, "pools reconciled at once")
 		resolveTimeout  = flag.Duration("resolve-timeout", 30*time.Second, "bound on one registry lookup")
@@ -52,6 +53,10 @@ func main() {
 	lvl, err := parseLevel(*logLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bootc-fleet-coordinator:", err)
+		os.Exit(2)
+	}
+	if *leaseDuration < 4*time.Second {
+		fmt.Fprintf(os.Stderr, "bootc-fleet-coordinator: --lease-duration must be at least 4s (agents report 4 times per lease), got %s\n", *leaseDuration)
 		os.Exit(2)
 	}
 	if *workers < 1 {
@@ -73,6 +78,7 @@ func main() {
 		HealthProbeBindAddress:  *probeAddr,
 		ResolveInterval:         *resolveInterval,
 		LeaseDuration:           *leaseDuration,
+		QuietAfter:              *quietAfter,
 		RequeueInterval:         *requeue,
 		Workers:                 *workers,
 		ResolveTimeout:          *resolveTimeout,
