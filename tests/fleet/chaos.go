@@ -50,6 +50,7 @@ const (
 	KindCoordinatorCrash  FaultKind = "coordinator crash"
 	KindAPIOutage         FaultKind = "API server outage"
 	KindLeaseConflicts    FaultKind = "lease conflicts"
+	KindClockSkew         FaultKind = "node clock skewed"
 	KindSetup             FaultKind = "setup problem"
 )
 
@@ -106,6 +107,17 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		// The operator's rebootTimeout covers the boot and the settle.
 		opts.RebootTimeout = max(opts.RebootTimeout, behaviours[longStale].StaleAfterReboot+20*time.Second)
 	}
+	// Now and then one node's clock is wrong: off by -20 min, +1 day or
+	// -3 min, a different one in each boot. Nothing it writes may move a
+	// coordinator timer (design.md, amendment 8).
+	skew := rand.New(rand.NewPCG(uint64(seed), 0x5ce3))
+	skewed := -1
+	if skew.IntN(4) == 0 {
+		skewed = skew.IntN(opts.Nodes)
+		offsets := []time.Duration{-20 * time.Minute, 24 * time.Hour, -3 * time.Minute}
+		k := skew.IntN(len(offsets))
+		behaviours[skewed].ClockSkews = append(offsets[k:], offsets[:k]...)
+	}
 	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
 	var faults []Fault
 	note := func(kind FaultKind, format string, a ...any) {
@@ -113,6 +125,9 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	}
 	if longStale >= 0 {
 		note(KindLongStale, "node %d: bootc status stays stale for %s after each reboot", longStale, behaviours[longStale].StaleAfterReboot)
+	}
+	if skewed >= 0 {
+		note(KindClockSkew, "node %d: its clock is off by %v in its successive boots", skewed, behaviours[skewed].ClockSkews)
 	}
 	for i, b := range behaviours {
 		if b.NeverReturn {

@@ -32,6 +32,10 @@ type NodeBehaviour struct {
 	// CrashBeforeReboot: the agent dies this many times after recording a
 	// reboot and before the reboot is issued (then it is restarted).
 	CrashBeforeReboot int
+	// ClockSkews, when set, put the machine's wall clock off by
+	// ClockSkews[k % len] in its k-th boot (0 = the first), as a host whose
+	// clock is wrong until NTP fixes it, differently after each reboot.
+	ClockSkews []time.Duration
 }
 
 // SimNode is one simulated machine: its bootc state, its kubelet and an
@@ -59,6 +63,7 @@ type SimNode struct {
 	lastTrace   agent.Step // the last grant the agent confirmed
 	rebooting   bool
 	staging     bool
+	boots       int // reboots so far, for ClockSkews
 }
 
 // Staging reports whether a stage (bootc switch) is in flight.
@@ -124,6 +129,9 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 		Records: record.Store{Dir: n.stateDir},
 		Log:     n.logger,
 		Trace:   n.trace,
+	}
+	if sk := n.behaviour.ClockSkews; len(sk) > 0 {
+		deps.Clock = skewedClock{offset: sk[n.boots%len(sk)]}
 	}
 	cfg := n.agentCfg()
 	go func() {
@@ -211,6 +219,7 @@ func (n *SimNode) Reboot(ctx context.Context, planned bool) {
 		n.log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: newBoot})
 		n.mu.Lock()
 		n.down, n.rebooting = false, false
+		n.boots++
 		n.mu.Unlock()
 		n.StartAgent(ctx)
 		_ = n.Kubelet.SetReady(ctx, true, newBoot)

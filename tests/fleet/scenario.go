@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
 
@@ -249,6 +252,51 @@ func APIServerOutage(ctx context.Context, f *Fleet, seed int64) Result {
 	}
 	judgeOneRebootEach(ctx, p, v2, invariant.Pool{MaxUnavailable: 2, MaxStaging: 2, HaltAfter: 1}, &res)
 	res.Duration = time.Since(start)
+	return res
+}
+
+// ClockSkew rolls out over five nodes whose clocks are wrong: each node's
+// clock is off by -20 min, +1 day or -3 min, a different offset in each boot.
+// Every coordinator timer runs on the coordinator's clock (design.md,
+// amendment 8), so no stage grant may expire early or live on, the pool
+// converges with one reboot per node, and I1-I5 hold.
+func ClockSkew(ctx context.Context, f *Fleet, seed int64) Result {
+	start := time.Now()
+	name := fmt.Sprintf("skew%04d", seed)
+	res := Result{Seed: seed, Pool: name}
+	offsets := []time.Duration{-20 * time.Minute, 24 * time.Hour, -3 * time.Minute}
+	opts := PoolOptions{Nodes: 5, MaxUnavailable: 1, MaxStaging: 2, HaltAfter: 1, RebootTimeout: time.Minute}
+	opts.Behaviour = func(i int) NodeBehaviour {
+		k := i % len(offsets)
+		return NodeBehaviour{BootTime: 400 * time.Millisecond, StageTime: 1500 * time.Millisecond, StaleAfterReboot: 700 * time.Millisecond,
+			ClockSkews: append(append([]time.Duration(nil), offsets[k:]...), offsets[:k]...)}
+	}
+	p := f.AddPool(name, opts)
+	v2 := p.Push("v2")
+	p.Create("v2", opts)
+	if !waitFor(ctx, 120*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+		_, waiting := p.Converged(v2)
+		res.Problems = append(res.Problems, fmt.Sprintf("did not converge with skewed node clocks; waiting for %s; pool %+v", waiting, p.Status()))
+	}
+	judgeOneRebootEach(ctx, p, v2, invariant.Pool{MaxUnavailable: 1, MaxStaging: 2, HaltAfter: 1}, &res)
+	// Every agent was alive and reporting: no stage grant may have expired
+	// (a node clock 20 minutes behind used to expire them at once).
+	if evs, err := f.Kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err != nil {
+		res.Problems = append(res.Problems, "listing the pool's Events: "+err.Error())
+	} else {
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "expired") || e.Reason == plan.EventRebootTimeout {
+				res.Problems = append(res.Problems, fmt.Sprintf("a timer fired on a live node: %s %s", e.Reason, e.Message))
+			}
+		}
+	}
+	if p.Halted() {
+		res.Problems = append(res.Problems, "the pool halted")
+	}
+	res.Duration = time.Since(start)
+	if !res.Failed() {
+		p.Remove()
+	}
 	return res
 }
 

@@ -178,6 +178,16 @@ func TestChaosClusterFaults(t *testing.T) {
 	}
 }
 
+func TestClockSkewedNodes(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	if r := ClockSkew(context.Background(), f, 1); r.Failed() {
+		t.Fatal(r)
+	} else {
+		t.Logf("%s; reboots %v", r, r.Reboots)
+	}
+}
+
 func TestAPIServerOutageMidRollout(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
 	f := Start(t, Options{})
