@@ -141,6 +141,12 @@ func (c *Config) defaults() error {
 	if c.RESTConfig == nil {
 		return errors.New("a REST config is required")
 	}
+	c.defaultIntervals()
+	return nil
+}
+
+// defaultIntervals sets every interval left zero to its production value.
+func (c *Config) defaultIntervals() {
 	set := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -154,7 +160,6 @@ func (c *Config) defaults() error {
 	set(&c.ActiveReportInterval, 15*time.Second)
 	set(&c.StageRetry, 30*time.Second)
 	set(&c.CommandTimeout, 5*time.Minute)
-	return nil
 }
 
 // Run runs the agent until ctx is cancelled; then it cancels any stage,

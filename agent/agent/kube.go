@@ -35,9 +35,15 @@ type kube struct {
 
 	pokes chan struct{}
 
-	mu        sync.Mutex
-	listErrs  map[string]error // by informer: the last list/watch failure, nil once it works
-	listSince map[string]time.Time
+	mu       sync.Mutex
+	listErrs map[string]listErr // by informer: the last list/watch failure
+}
+
+// listErr is an informer's failure and the version it had synced to then:
+// once the informer moves past that version, a later list or watch worked.
+type listErr struct {
+	err error
+	rv  string
 }
 
 func newKube(cfg *rest.Config, node string) (*kube, error) {
@@ -62,7 +68,7 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 		return nil, err
 	}
 	k := &kube{node: node, host: cfg.Host, leases: cs, fleet: fleet, pokes: make(chan struct{}, 1),
-		listErrs: map[string]error{}, listSince: map[string]time.Time{}}
+		listErrs: map[string]listErr{}}
 	nodeLW := cache.NewListWatchFromClient(fleet, "bootcnodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", node))
 	k.nodeInf = cache.NewSharedIndexInformer(nodeLW, &fleetv1.BootcNode{}, 0, cache.Indexers{})
@@ -97,35 +103,39 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 func (k *kube) noteListErr(informer string, err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.listErrs[informer] == nil {
-		k.listSince[informer] = time.Now()
-	}
-	k.listErrs[informer] = err
+	k.listErrs[informer] = listErr{err: err, rv: k.informer(informer).LastSyncResourceVersion()}
 	k.poke()
 }
 
-// listErrors returns the informers' current failures; an informer that
-// synced since its last failure counts as working again.
+func (k *kube) informer(name string) cache.SharedIndexInformer {
+	if name == "bootcnodes" {
+		return k.nodeInf
+	}
+	return k.leaseInf
+}
+
+// listErrors returns the informers' current failures: a failure is over once
+// the informer synced past the version it had when it failed. A watch that
+// merely broke after a good list heals by itself and is not reported.
 func (k *kube) listErrors() map[string]error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := map[string]error{}
-	for name, err := range k.listErrs {
-		inf := k.leaseInf
-		if name == "bootcnodes" {
-			inf = k.nodeInf
+	for name, e := range k.listErrs {
+		inf := k.informer(name)
+		if inf.HasSynced() && inf.LastSyncResourceVersion() != e.rv {
+			delete(k.listErrs, name)
+			continue
 		}
-		// A watch that broke after a good list heals by itself and is not
-		// a refusal; keep only failures while unsynced or refusals.
-		if err != nil && (!inf.HasSynced() || refused(err)) {
-			out[name] = err
+		if !inf.HasSynced() || refused(e.err) {
+			out[name] = e.err
 		}
 	}
 	return out
 }
 
 // clearListErr forgets an informer's failure once a later request shows
-// access works again (a confirm read of a Lease, a status patch).
+// access works again (a status patch).
 func (k *kube) clearListErr(informer string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -141,7 +151,7 @@ func (k *kube) poke() {
 
 // start runs the informers until ctx ends. Informers re-list after a watch
 // breaks, so an API outage heals by itself; grants meanwhile age out through
-// the agent's own renew time.
+// the agent's own last accepted heartbeat.
 func (k *kube) start(ctx context.Context) {
 	go k.nodeInf.RunWithContext(ctx)
 	go k.leaseInf.RunWithContext(ctx)

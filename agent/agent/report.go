@@ -150,15 +150,17 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 // reportRefusal writes only the conditions, with APIAccess saying why the
 // full report was refused (e.g. a field the schema rejects): a smaller
 // patch may still pass, and a person then sees the server's message.
-func (r *runner) reportRefusal(ctx context.Context, gen int64, conds []metav1.Condition) {
+func (r *runner) reportRefusal(ctx context.Context, gen int64, conds []metav1.Condition) bool {
 	meta.SetStatusCondition(&conds, r.apiAccess(gen))
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
 	if err != nil {
-		return
+		return false
 	}
 	if err := r.kube.patchStatusRaw(ctx, body); err != nil {
 		r.log.Info("could not report the refusal either", "err", err)
+		return false
 	}
+	return true
 }
 
 // inUse turns claims into the status list, with each grant's UID.

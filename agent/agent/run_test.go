@@ -105,6 +105,25 @@ func (n *memNotifier) Stopping() error       { n.add("STOPPING=1"); return nil }
 func (n *memNotifier) WatchdogInterval() (time.Duration, bool) {
 	return 0, false
 }
+// hasAll: one notification starts with prefix and contains every part.
+func (n *memNotifier) hasAll(prefix string, parts ...string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+next:
+	for _, l := range n.lines {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		for _, p := range parts {
+			if !strings.Contains(l, p) {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}
+
 func (n *memNotifier) has(s string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

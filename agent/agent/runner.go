@@ -14,6 +14,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // ConditionGrantsReadable is False while a Lease labelled with this node does
@@ -53,12 +54,13 @@ type runner struct {
 	leaseDuration time.Duration
 	// refusals are API requests the server refused, by request, until the
 	// same request succeeds (the APIAccess condition).
-	refusals   map[string]string
-	malformed  []string
-	stage      *stageRun
-	stageFail  *decide.StageFailure
-	stageDelay time.Duration
-	verdict    *decide.Verdict
+	refusals     map[string]string
+	refusalShown string // the APIAccess message last written while waiting for the lists
+	malformed    []string
+	stage        *stageRun
+	stageFail    *decide.StageFailure
+	stageDelay   time.Duration
+	verdict      *decide.Verdict
 
 	// settleKey/settleDeadline: when the record from another boot was first
 	// seen in this boot.
@@ -226,6 +228,17 @@ func (r *runner) probeHost(ctx context.Context) {
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		why = strings.Join(errs, "; ")
+	}
+	// A refused list (e.g. no RBAC for Leases) never heals by waiting: say
+	// so on the BootcNode, if it can be read and written.
+	if n := r.kube.bootcNode(); n != nil {
+		if c := r.apiAccess(n.Generation); c.Status == metav1.ConditionFalse && c.Message != r.refusalShown {
+			cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+			if r.reportRefusal(cctx, n.Generation, append([]metav1.Condition(nil), n.Status.Conditions...)) {
+				r.refusalShown = c.Message
+			}
+			cancel()
+		}
 	}
 	line := truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.kube.host, why, hostState), 512)
 	if line != r.lastNotify {
