@@ -66,7 +66,7 @@ func TestImageChangeMidRollout(t *testing.T) {
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(2))
 		p.Spec.Rollout.MaxStaging = ptr.To(intstr.FromInt32(2))
 	})
-	eventually(t, 30*time.Second, "a node in phase Reboot or updated", func() (bool, string) {
+	eventually(t, 90*time.Second, "a node in phase Reboot or updated", func() (bool, string) {
 		for _, l := range f.leases(ctx) {
 			if g, err := lease.Parse(&l); err == nil && g.Phase == lease.PhaseReboot {
 				return true, ""
@@ -78,7 +78,7 @@ func TestImageChangeMidRollout(t *testing.T) {
 		t.Fatalf("target %s, want %s", got, first)
 	}
 	second := push(t, ref) // the tag moves mid-rollout
-	eventually(t, 20*time.Second, "an ImageChanged event", func() (bool, string) {
+	eventually(t, 60*time.Second, "an ImageChanged event", func() (bool, string) {
 		for _, e := range events(t, "retag", plan.EventImageChanged) {
 			if strings.Contains(e, second.String()) {
 				return true, ""
@@ -111,7 +111,7 @@ func TestResolveFailureDegradesPool(t *testing.T) {
 	f.run(ctx, 1)
 	startCoordinator(t, "noreg", func(o *controller.Options) { o.InsecureRegistries = []string{host}; o.ResolveTimeout = time.Second })
 	f.createPool(func(p *fleetv1.BootcNodePool) { p.Spec.Image = host + "/fleet/os:stable" })
-	eventually(t, 30*time.Second, "Degraded ResolveFailed", func() (bool, string) {
+	eventually(t, 90*time.Second, "Degraded ResolveFailed", func() (bool, string) {
 		c := f.condition(fleetv1.PoolDegraded)
 		return c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonResolveFailed, c.Reason + ": " + c.Message
 	})

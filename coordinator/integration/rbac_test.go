@@ -77,7 +77,7 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(1))
 	})
-	f.allOn(t, v1, 60*time.Second)
+	f.allOn(t, v1, 180*time.Second)
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)
 	var left corev1.Pod

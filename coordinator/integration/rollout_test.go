@@ -38,8 +38,8 @@ func TestFullRolloutTenNodesMaxUnavailableThree(t *testing.T) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(3))
 	})
-	f.allOn(t, v1, 60*time.Second)
-	eventually(t, 10*time.Second, "pool UpToDate", func() (bool, string) {
+	f.allOn(t, v1, 180*time.Second)
+	eventually(t, 30*time.Second, "pool UpToDate", func() (bool, string) {
 		c := f.condition(fleetv1.PoolUpToDate)
 		return c.Status == metav1.ConditionTrue, c.Message
 	})
@@ -108,7 +108,7 @@ func TestDrainBlockedByPDBNeverReboots(t *testing.T) {
 		p.Spec.Rollout.DrainTimeout = &metav1.Duration{Duration: 2 * time.Second}
 	})
 	// Whichever node gets the reboot slot first, pdb-n00 cannot drain.
-	eventually(t, 30*time.Second, "a DrainFailed event naming the PDB", func() (bool, string) {
+	eventually(t, 90*time.Second, "a DrainFailed event naming the PDB", func() (bool, string) {
 		evs := events(t, "pdb", plan.EventDrainFailed)
 		for _, e := range evs {
 			if strings.Contains(e, "pdb-test/web-pdb") && strings.Contains(e, "pdb-test/web-0") {
@@ -122,7 +122,7 @@ func TestDrainBlockedByPDBNeverReboots(t *testing.T) {
 		t.Fatalf("Degraded = %+v", c)
 	}
 	// Retried: a second attempt fails too, and the slot never reached Reboot.
-	eventually(t, 30*time.Second, "a second drain attempt", func() (bool, string) {
+	eventually(t, 90*time.Second, "a second drain attempt", func() (bool, string) {
 		evs := events(t, "pdb", plan.EventDrainFailed)
 		for _, e := range evs {
 			if strings.Contains(e, "attempt 2") {
@@ -146,7 +146,7 @@ func TestDrainBlockedByPDBNeverReboots(t *testing.T) {
 	if err := env.Client.Delete(ctx, pdb); err != nil {
 		t.Fatal(err)
 	}
-	f.allOn(t, v1, 60*time.Second)
+	f.allOn(t, v1, 180*time.Second)
 	cancel()
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)
@@ -169,7 +169,7 @@ func TestNodeThatNeverReturnsTimesOutThenHalts(t *testing.T) {
 		p.Spec.Rollout.RebootTimeout = &metav1.Duration{Duration: 2 * time.Second}
 		p.Spec.Rollout.HaltAfterFailures = ptr.To(int32(1))
 	})
-	eventually(t, 30*time.Second, "pool Halted", func() (bool, string) {
+	eventually(t, 90*time.Second, "pool Halted", func() (bool, string) {
 		c := f.condition(fleetv1.PoolHalted)
 		return c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonFailuresReached, c.Message
 	})
@@ -194,7 +194,7 @@ func TestNodeThatNeverReturnsTimesOutThenHalts(t *testing.T) {
 		f.nodes[n].offline = false
 		f.mu.Unlock()
 	}
-	eventually(t, 30*time.Second, "the other nodes staged", func() (bool, string) {
+	eventually(t, 90*time.Second, "the other nodes staged", func() (bool, string) {
 		st := f.getPool().Status
 		return st.Staged == 2, ""
 	})
@@ -232,7 +232,7 @@ func TestPauseStopsGrantsResumeFinishes(t *testing.T) {
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(2))
 		p.Spec.Rollout.Paused = true
 	})
-	eventually(t, 20*time.Second, "Progressing=False Paused with all agents Waiting", func() (bool, string) {
+	eventually(t, 60*time.Second, "Progressing=False Paused with all agents Waiting", func() (bool, string) {
 		c := f.condition(fleetv1.PoolProgressing)
 		st := f.getPool().Status
 		return c.Reason == fleetv1.ReasonPaused && st.Waiting == 4, c.Reason
@@ -252,7 +252,7 @@ func TestPauseStopsGrantsResumeFinishes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	f.allOn(t, v1, 60*time.Second)
+	f.allOn(t, v1, 180*time.Second)
 	cancel()
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)
@@ -268,7 +268,7 @@ func TestCoordinatorRestartMidRolloutResumes(t *testing.T) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(2))
 	})
-	eventually(t, 30*time.Second, "a reboot slot held", func() (bool, string) {
+	eventually(t, 90*time.Second, "a reboot slot held", func() (bool, string) {
 		for _, l := range f.leases(ctx) {
 			if g, err := lease.Parse(&l); err == nil && g.Kind == lease.KindReboot {
 				return true, ""
@@ -278,7 +278,7 @@ func TestCoordinatorRestartMidRolloutResumes(t *testing.T) {
 	})
 	stop()
 	startCoordinator(t, "restart-b", nil)
-	f.allOn(t, v1, 60*time.Second)
+	f.allOn(t, v1, 180*time.Second)
 	cancel()
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)
@@ -297,7 +297,7 @@ func TestTwoCoordinatorsRacingNeverDoubleGrant(t *testing.T) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(2))
 	})
-	f.allOn(t, v1, 90*time.Second)
+	f.allOn(t, v1, 240*time.Second)
 	cancel()
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)
