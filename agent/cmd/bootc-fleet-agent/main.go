@@ -17,11 +17,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/transport"
 
 	"github.com/bootc-fleet/bootc-fleet/agent/agent"
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/agent/host"
+	"github.com/bootc-fleet/bootc-fleet/agent/kubeconfig"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -30,6 +31,7 @@ var version = "dev"
 // options are the command line, after environment overrides.
 type options struct {
 	kubeconfig   string
+	kubeFrom     string // "--kubeconfig" or "BOOTC_FLEET_KUBECONFIG": where kubeconfig came from
 	nodeName     string
 	bootcPath    string
 	bootIDFile   string
@@ -63,7 +65,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	o := options{}
 	fs := flag.NewFlagSet("bootc-fleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "/var/lib/kubelet/kubeconfig", "kubeconfig to reach the API server as this node")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig to reach the API server as this node (default: the kubelet's, see docs/agent.md)")
 	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "this node's name (its Node and BootcNode)")
 	fs.StringVar(&o.bootcPath, "bootc", "bootc", "bootc executable")
 	fs.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the current boot ID")
@@ -101,6 +103,15 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	o.kubeFrom = "--kubeconfig"
+	if getenv("BOOTC_FLEET_KUBECONFIG") != "" {
+		o.kubeFrom = "BOOTC_FLEET_KUBECONFIG"
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "kubeconfig" {
+				o.kubeFrom = "--kubeconfig"
+			}
+		})
 	}
 	if o.watchPaths == nil {
 		o.watchPaths = envWatch
@@ -152,11 +163,38 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	return 0
 }
 
+// certReloadInterval is how often client-go re-reads the client certificate
+// files of a kubeconfig (client-certificate/client-key as paths, as the
+// kubelet's are) and, when they changed, closes its connections so the next
+// TLS handshake presents the new certificate (k8s.io/client-go/transport,
+// cert_rotation.go; every new handshake re-reads the files too). client-go's
+// default is 5 minutes: a certificate renewed less than that before the old
+// one expires would cost requests refused with 401 until then (or until the
+// API server drops the connection after a 401). The kubelet rotates long
+// before expiry, so this matters only for late renewals; reading two small
+// files every 30 s costs nothing.
+const certReloadInterval = 30 * time.Second
+
 func start(ctx context.Context, o options, log *slog.Logger) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	kc, err := kubeconfig.Find(o.kubeconfig, o.kubeFrom, kubeconfig.Kubelet, kubeconfig.Load)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig %s: %w", o.kubeconfig, err)
+		return err
 	}
+	auth, reloads := kubeconfig.Describe(kc.Config)
+	log.Info("using kubeconfig", "path", kc.Path, "from", kc.Source, "server", kc.Config.Host, "auth", auth)
+	for _, s := range kc.Skipped {
+		log.Info("kubeconfig candidate skipped", "candidate", s)
+	}
+	if !reloads {
+		log.Warn("the kubeconfig's credential is read once: restart the agent when it is renewed", "path", kc.Path)
+	}
+	// Set before the agent creates its clients: the rotation loop reads it
+	// when the first transport is built. The config keeps file references
+	// (kubeconfig.Load), so client-go reloads them; nothing here may copy
+	// certificate data into it (that would pin the first certificate) or
+	// set a custom Transport (which disables client-go's TLS handling).
+	transport.CertCallbackRefreshDuration = certReloadInterval
+	rc := kc.Config
 	rc.UserAgent = "bootc-fleet-agent/" + version
 	sd, err := host.DialSystemd(ctx)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,7 +18,7 @@ func TestParse(t *testing.T) {
 		wantErr bool
 	}{
 		{"defaults", []string{"--node-name", "n1"}, nil, func(o options) bool {
-			return o.kubeconfig == "/var/lib/kubelet/kubeconfig" && o.bootcPath == "bootc" &&
+			return o.kubeconfig == "" && o.kubeFrom == "--kubeconfig" && o.bootcPath == "bootc" &&
 				o.bootIDFile == "/proc/sys/kernel/random/boot_id" && o.stateDir == "/var/lib/bootc-fleet" &&
 				reflect.DeepEqual(o.watchPaths, []string{"/ostree/bootc", "/sysroot/state/deploy"}) && o.pollInterval == time.Minute
 		}, false},
@@ -29,6 +30,10 @@ func TestParse(t *testing.T) {
 			}, false},
 		{"command line beats environment", []string{"--node-name", "n3", "--watch-path", "/c"}, map[string]string{"BOOTC_FLEET_NODE_NAME": "n2", "BOOTC_FLEET_WATCH_PATH": "/a"},
 			func(o options) bool { return o.nodeName == "n3" && reflect.DeepEqual(o.watchPaths, []string{"/c"}) }, false},
+		{"kubeconfig from the environment", []string{"--node-name", "n1"}, map[string]string{"BOOTC_FLEET_KUBECONFIG": "/etc/kc"},
+			func(o options) bool { return o.kubeconfig == "/etc/kc" && o.kubeFrom == "BOOTC_FLEET_KUBECONFIG" }, false},
+		{"kubeconfig flag beats the environment", []string{"--node-name", "n1", "--kubeconfig", "/etc/kc2"}, map[string]string{"BOOTC_FLEET_KUBECONFIG": "/etc/kc"},
+			func(o options) bool { return o.kubeconfig == "/etc/kc2" && o.kubeFrom == "--kubeconfig" }, false},
 		{"invalid node name", []string{"--node-name", "Bad_Name"}, nil, nil, true},
 		{"invalid environment value", []string{"--node-name", "n1"}, map[string]string{"BOOTC_FLEET_POLL_INTERVAL": "soon"}, nil, true},
 		{"poll interval too short", []string{"--node-name", "n1", "--poll-interval", "1ms"}, nil, nil, true},
@@ -44,5 +49,14 @@ func TestParse(t *testing.T) {
 				t.Fatalf("options = %+v", o)
 			}
 		})
+	}
+}
+
+func TestRunMissingKubeconfig(t *testing.T) {
+	var stderr strings.Builder
+	getenv := func(string) string { return "" }
+	code := run([]string{"--node-name", "n1", "--kubeconfig", "/nonexistent/kubeconfig"}, getenv, io.Discard, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "--kubeconfig /nonexistent/kubeconfig does not exist") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
 }
