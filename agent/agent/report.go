@@ -80,17 +80,7 @@ func truncate(s string, n int) string {
 // report was sent. credited says a grant got its first heartbeat, so the
 // caller can use it at once.
 func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Status, a decide.Action) (credited bool) {
-	msg := a.Message
-	if len(r.malformed) > 0 {
-		msg += fmt.Sprintf(" (ignoring %d malformed lease(s))", len(r.malformed))
-	}
-	line := string(a.Phase) + ": " + msg
-	if line != r.lastNotify {
-		if err := r.deps.Notifier.Status(line); err != nil {
-			r.log.Error("sd_notify STATUS failed", "err", err)
-		}
-		r.lastNotify = line
-	}
+	msg := r.notifyStatus(a)
 	n := r.kube.bootcNode()
 	if n == nil {
 		return false // the coordinator has not created it yet
@@ -145,6 +135,23 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 	}
 	r.lastReport, r.lastReportAt, r.reported = rep, sent, true
 	return credited
+}
+
+// notifyStatus sends STATUS= for a when the line changed and returns the
+// message to report.
+func (r *runner) notifyStatus(a decide.Action) string {
+	msg := a.Message
+	if len(r.malformed) > 0 {
+		msg += fmt.Sprintf(" (ignoring %d malformed lease(s))", len(r.malformed))
+	}
+	line := string(a.Phase) + ": " + msg
+	if line != r.lastNotify {
+		if err := r.deps.Notifier.Status(line); err != nil {
+			r.log.Error("sd_notify STATUS failed", "err", err)
+		}
+		r.lastNotify = line
+	}
+	return msg
 }
 
 // reportRefusal writes only the conditions, with APIAccess saying why the

@@ -105,6 +105,7 @@ func (n *memNotifier) Stopping() error       { n.add("STOPPING=1"); return nil }
 func (n *memNotifier) WatchdogInterval() (time.Duration, bool) {
 	return 0, false
 }
+
 // hasAll: one notification starts with prefix and contains every part.
 func (n *memNotifier) hasAll(prefix string, parts ...string) bool {
 	n.mu.Lock()

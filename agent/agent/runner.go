@@ -10,7 +10,6 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -213,12 +212,6 @@ func (r *runner) probeHost(ctx context.Context) {
 	}
 	if err != nil {
 		hostState = "; host not ready: " + err.Error()
-	} else if !r.ready {
-		if nerr := r.deps.Notifier.Ready(); nerr != nil {
-			r.log.Error("sd_notify READY failed", "err", nerr)
-		}
-		r.ready = true
-		r.log.Info("ready: bootc status read fresh in this boot; waiting for the API server before acting")
 	}
 	why := "no answer yet"
 	var errs []string
@@ -248,6 +241,15 @@ func (r *runner) probeHost(ctx context.Context) {
 			r.log.Info("waiting for the API server", "server", r.kube.host, "why", why)
 		}
 	}
+	// READY=1 after STATUS=, so the unit is never active without saying
+	// what it does.
+	if err == nil && !r.ready {
+		if nerr := r.deps.Notifier.Ready(); nerr != nil {
+			r.log.Error("sd_notify READY failed", "err", nerr)
+		}
+		r.ready = true
+		r.log.Info("ready: bootc status read fresh in this boot; waiting for the API server before acting")
+	}
 }
 
 func (r *runner) shutdown() {
@@ -276,6 +278,7 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	obs, st, ok := r.observe(ctx)
 	act := decide.Decide(obs)
 	if ok && !r.ready && r.kube.synced() && obs.Status.Unavailable == "" && obs.Status.ReadIn == obs.Boot {
+		r.notifyStatus(act) // STATUS= first: the unit is never active without it
 		if err := r.deps.Notifier.Ready(); err != nil {
 			r.log.Error("sd_notify READY failed", "err", err)
 		}
@@ -464,174 +467,4 @@ func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Ac
 		return r.applyAndReboot(ctx, o, a), r.cfg.RereadInterval
 	}
 	return false, next
-}
-
-func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.Action) bool {
-	g, ok := r.heldGrant(a.Grant)
-	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot.BootID) {
-		return false
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1)}
-	r.stage = s
-	go func() { s.done <- r.deps.Bootc.Switch(sctx, a.Image) }()
-	return true
-}
-
-func (r *runner) stageFinished(err error) {
-	s := r.stage
-	r.stage = nil
-	if s == nil {
-		return
-	}
-	s.cancel()
-	if err != nil {
-		attempts := 1
-		if f := r.stageFail; f != nil && f.Grant == s.grant && f.Image == s.image {
-			attempts = f.Attempts + 1
-		} else {
-			r.stageDelay = 0
-		}
-		if r.stageDelay == 0 {
-			r.stageDelay = r.cfg.StageRetry
-		} else if r.stageDelay *= 2; r.stageDelay > 10*time.Minute {
-			r.stageDelay = 10 * time.Minute
-		}
-		r.stageFail = &decide.StageFailure{Image: s.image, Grant: s.grant, Attempts: attempts, Message: err.Error(), RetryAt: r.now().Add(r.stageDelay)}
-		r.log.Error("stage failed", "image", s.image.String(), "grant", s.grant.String(), "attempt", attempts,
-			"of", lease.MaxStageAttempts, "err", err, "retryIn", r.stageDelay)
-		return
-	}
-	r.stageFail, r.stageDelay = nil, 0
-	r.log.Info("stage finished", "image", s.image.String())
-}
-
-// cancelStage stops the in-flight stage and waits for the bootc process to
-// be gone, pinging the watchdog meanwhile.
-func (r *runner) cancelStage(ctx context.Context) {
-	s := r.stage
-	if s == nil {
-		return
-	}
-	s.cancel()
-	r.await(ctx, s.done)
-	r.stage = nil
-	r.log.Info("stage cancelled", "image", s.image.String())
-}
-
-// await waits for done, sending WATCHDOG=1 from this loop while it waits.
-func (r *runner) await(ctx context.Context, done <-chan error) error {
-	tick := time.Second
-	if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < tick {
-		tick = wd / 2
-	}
-	for {
-		t := r.deps.Clock.NewTimer(tick)
-		select {
-		case err := <-done:
-			t.Stop()
-			return err
-		case <-t.C():
-			_ = r.deps.Notifier.Watchdog()
-		}
-	}
-}
-
-func (r *runner) clearRecord(o decide.Observation, a decide.Action) bool {
-	if a.MarkSpent {
-		if err := r.deps.Records.AddSpent(o.Record.Grant); err != nil {
-			r.log.Error("could not mark the grant spent; keeping the record", "grant", o.Record.Grant.String(), "err", err)
-			return false
-		}
-	}
-	if err := r.deps.Records.Clear(); err != nil {
-		r.log.Error("could not clear the reboot record", "err", err)
-		return false
-	}
-	r.rebootIssued = nil
-	if a.Keep && o.Desired.Set && o.Desired.Invalid == "" {
-		r.verdict = &decide.Verdict{Boot: o.Boot, Desired: o.Desired.Image, Reason: a.Reason, Message: a.Message}
-	}
-	return true
-}
-
-// applyAndReboot: write the record (first use of the grant), report
-// Rebooting, re-read status and check the staged digest, unlock, re-read and
-// check again, then reboot through D-Bus.
-func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a decide.Action) bool {
-	if a.WriteRecord {
-		rec := record.Record{Grant: a.Grant, Image: a.Image.String(), BootID: o.Boot.BootID,
-			SoftRebootCount: o.Boot.SoftRebootCount, Soft: a.Soft, Recorded: o.Now}
-		if err := r.deps.Records.Write(rec); err != nil {
-			r.log.Error("could not write the reboot record; not rebooting", "err", err)
-			return false
-		}
-		r.log.Info("reboot recorded", "grant", a.Grant.String(), "image", a.Image.String(), "boot", o.Boot.String())
-	}
-	r.report(ctx, o, bootc.Status{}, a)
-	if !r.stagedIs(ctx, o.Boot, a.Image, "before unlocking") {
-		return true
-	}
-	g, ok := r.heldGrant(a.Grant)
-	if !ok || !r.confirm(ctx, g, lease.ActionReboot, "apply", a.Image.String(), o.Boot.BootID) {
-		return true
-	}
-	actx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
-	done := make(chan error, 1)
-	go func() { done <- r.deps.Bootc.ApplyStaged(actx) }()
-	err := r.await(ctx, done)
-	cancel()
-	if err != nil {
-		r.log.Error("bootc upgrade --from-downloaded failed; will retry while the grant is valid", "err", err)
-		return false
-	}
-	if !r.stagedIs(ctx, o.Boot, a.Image, "after unlocking") {
-		return true
-	}
-	step := "reboot"
-	if a.Soft {
-		step = "soft-reboot"
-	}
-	if g, ok = r.heldGrant(a.Grant); !ok || !r.confirm(ctx, g, lease.ActionReboot, step, a.Image.String(), o.Boot.BootID) {
-		return true
-	}
-	rctx, rcancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
-	defer rcancel()
-	if a.Soft {
-		err = r.deps.Host.SoftReboot(rctx)
-	} else {
-		err = r.deps.Host.Reboot(rctx)
-	}
-	if err != nil {
-		r.log.Error("reboot request failed; will retry while the grant is valid", "soft", a.Soft, "err", err)
-		return false
-	}
-	id := a.Grant
-	r.rebootIssued = &id
-	r.log.Info("reboot requested", "grant", a.Grant.String(), "image", a.Image.String(), "soft", a.Soft)
-	return false
-}
-
-// stagedIs re-reads bootc status and checks, in the same boot, that the
-// staged deployment is exactly img. On a mismatch it drops the record (no
-// reboot happens) and the next round reports what it finds.
-func (r *runner) stagedIs(ctx context.Context, boot decide.BootIdentity, img imageref.Pinned, when string) bool {
-	st, err := r.readStatus(ctx)
-	now, _, idErr := r.identity(ctx)
-	var got imageref.Pinned
-	if err == nil && st.Staged != nil {
-		got, _ = st.Staged.Pinned()
-	}
-	if err == nil && idErr == nil && now == boot && got == img {
-		return true
-	}
-	r.log.Error("staged deployment is not the granted image; not rebooting", "when", when,
-		"staged", got.String(), "granted", img.String(), "statusErr", err, "boot", now.String())
-	if st.Staged != nil && !st.Staged.DownloadOnly && got != img {
-		return false // leave the record: the next round reports the unlocked mismatch
-	}
-	if cerr := r.deps.Records.Clear(); cerr != nil {
-		r.log.Error("could not clear the reboot record", "err", cerr)
-	}
-	return false
 }

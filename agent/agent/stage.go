@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+)
+
+// startStage confirms the stage grant with a consistent read and starts
+// bootc switch --download-only in the background.
+func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.Action) bool {
+	g, ok := r.heldGrant(a.Grant)
+	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot.BootID) {
+		return false
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1)}
+	r.stage = s
+	go func() { s.done <- r.deps.Bootc.Switch(sctx, a.Image) }()
+	return true
+}
+
+func (r *runner) stageFinished(err error) {
+	s := r.stage
+	r.stage = nil
+	if s == nil {
+		return
+	}
+	s.cancel()
+	if err != nil {
+		attempts := 1
+		if f := r.stageFail; f != nil && f.Grant == s.grant && f.Image == s.image {
+			attempts = f.Attempts + 1
+		} else {
+			r.stageDelay = 0
+		}
+		if r.stageDelay == 0 {
+			r.stageDelay = r.cfg.StageRetry
+		} else if r.stageDelay *= 2; r.stageDelay > 10*time.Minute {
+			r.stageDelay = 10 * time.Minute
+		}
+		r.stageFail = &decide.StageFailure{Image: s.image, Grant: s.grant, Attempts: attempts, Message: err.Error(), RetryAt: r.now().Add(r.stageDelay)}
+		r.log.Error("stage failed", "image", s.image.String(), "grant", s.grant.String(), "attempt", attempts,
+			"of", lease.MaxStageAttempts, "err", err, "retryIn", r.stageDelay)
+		return
+	}
+	r.stageFail, r.stageDelay = nil, 0
+	r.log.Info("stage finished", "image", s.image.String())
+}
+
+// cancelStage stops the in-flight stage and waits for the bootc process to
+// be gone, pinging the watchdog meanwhile.
+func (r *runner) cancelStage(ctx context.Context) {
+	s := r.stage
+	if s == nil {
+		return
+	}
+	s.cancel()
+	r.await(ctx, s.done)
+	r.stage = nil
+	r.log.Info("stage cancelled", "image", s.image.String())
+}
+
+// await waits for done, sending WATCHDOG=1 from this loop while it waits.
+func (r *runner) await(ctx context.Context, done <-chan error) error {
+	tick := time.Second
+	if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < tick {
+		tick = wd / 2
+	}
+	for {
+		t := r.deps.Clock.NewTimer(tick)
+		select {
+		case err := <-done:
+			t.Stop()
+			return err
+		case <-t.C():
+			_ = r.deps.Notifier.Watchdog()
+		}
+	}
+}
