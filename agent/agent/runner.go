@@ -145,6 +145,10 @@ func (r *runner) run(ctx context.Context) error {
 	}
 }
 
+// readyGrace bounds how long READY=1 waits for a fresh bootc status: boot
+// (multi-user.target) waits for this unit's start job.
+const readyGrace = 20 * time.Second
+
 // minRoundGap is the shortest time between two rounds woken by events.
 const minRoundGap = 250 * time.Millisecond
 
@@ -242,8 +246,10 @@ func (r *runner) probeHost(ctx context.Context) {
 		}
 	}
 	// READY=1 after STATUS=, so the unit is never active without saying
-	// what it does.
-	if err == nil && !r.ready {
+	// what it does. A host whose bootc status keeps failing must not hold
+	// boot either: after readyGrace the agent is ready anyway, and STATUS=
+	// says why it can do nothing.
+	if (err == nil || r.deps.Clock.Since(r.started) > readyGrace) && !r.ready {
 		if nerr := r.deps.Notifier.Ready(); nerr != nil {
 			r.log.Error("sd_notify READY failed", "err", nerr)
 		}
@@ -277,13 +283,14 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	r.syncGrants()
 	obs, st, ok := r.observe(ctx)
 	act := decide.Decide(obs)
-	if ok && !r.ready && r.kube.synced() && obs.Status.Unavailable == "" && obs.Status.ReadIn == obs.Boot {
+	fresh := ok && obs.Status.Unavailable == "" && obs.Status.ReadIn == obs.Boot
+	if !r.ready && (fresh || r.deps.Clock.Since(r.started) > readyGrace) {
 		r.notifyStatus(act) // STATUS= first: the unit is never active without it
 		if err := r.deps.Notifier.Ready(); err != nil {
 			r.log.Error("sd_notify READY failed", "err", err)
 		}
 		r.ready = true
-		r.log.Info("ready: first fresh bootc status read and BootcNode listed")
+		r.log.Info("ready: BootcNode and grants listed", "freshStatus", fresh)
 	}
 	r.explain(act)
 	again, next = r.carryOut(ctx, obs, act)

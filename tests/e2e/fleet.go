@@ -30,7 +30,7 @@ const AgentUnit = "bootc-fleet-agent.service"
 const (
 	nodeAgentState = "/var/lib/bootc-fleet"        // the unit's StateDirectory
 	nodeBootcState = "/var/lib/test-bootc"         // test bootc's state
-	nodeKubeconfig = "/var/lib/kubelet/kubeconfig" // the agent's default --kubeconfig
+	nodeKubeconfig = "/var/lib/kubelet/kubeconfig" // a kubelet kubeconfig path the agent finds by itself
 	nodeAgentEnv   = "/etc/bootc-fleet/agent.env"  // site configuration
 	gateFile       = "/run/bootc-fleet-e2e-gate"   // see e2eLayer
 )
