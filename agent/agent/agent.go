@@ -130,6 +130,9 @@ type Config struct {
 	// CommandTimeout bounds bootc status and apply, and each D-Bus call.
 	// Default 5m.
 	CommandTimeout time.Duration
+	// ReadyGrace bounds how long READY=1 waits for a fresh bootc status:
+	// boot (multi-user.target) waits for the unit's start job. Default 20s.
+	ReadyGrace time.Duration
 	// Version is reported as status.agentVersion.
 	Version string
 }
@@ -160,6 +163,7 @@ func (c *Config) defaultIntervals() {
 	set(&c.ActiveReportInterval, 15*time.Second)
 	set(&c.StageRetry, 30*time.Second)
 	set(&c.CommandTimeout, 5*time.Minute)
+	set(&c.ReadyGrace, 20*time.Second)
 }
 
 // Run runs the agent until ctx is cancelled; then it cancels any stage,

@@ -107,3 +107,51 @@ func TestRefusedRequestsShowOnTheBootcNode(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue && s.Phase == fleetv1.PhaseWaiting && s.BootID == m.BootID()
 	})
 }
+
+// A host whose bootc status keeps failing does not hold boot: READY=1 goes
+// out after ReadyGrace, with STATUS= saying why nothing happens, and
+// nothing is staged.
+func TestReadyAfterGraceWhenBootcStatusKeepsFailing(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	const node = "mem-nostatus"
+	m, err := testbootc.NewBooted(imgV1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Configure(func(k *testbootc.Knobs) {
+		k.StatusFailure = &testbootc.Failure{ExitCode: 1, Stderr: "error: opening sysroot: simulated failure"}
+	})
+	h := &harness{t: t, node: node, m: m, bootc: &memBootc{m: m}, host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
+	h.k = &integration.Coordinator{C: env.Client, Pool: "pool-" + node}
+	ctx := context.Background()
+	if err := h.k.EnsureBootcNode(ctx, node, imgV2, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := envtest.Apply(ctx, env.Client, filepath.Join(envtest.RepoRoot(), "packaging/rbac/agent.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := env.AddUser("system:node:"+node, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	started := time.Now()
+	go func() {
+		done <- agent.Run(actx, agent.Config{NodeName: node, RESTConfig: rc, StateDir: h.state, ReadyGrace: 2 * time.Second,
+			PollInterval: 5 * time.Second, RereadInterval: 100 * time.Millisecond, Version: "test"},
+			agent.Deps{Bootc: h.bootc, Host: h.host, Notifier: h.notify, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	}()
+	defer func() { stop(); <-done }()
+	h.until("READY=1", func() bool { return h.notify.has("READY=1") })
+	if took := time.Since(started); took < 2*time.Second {
+		t.Fatalf("READY=1 after %s, before the grace ran out, with bootc status failing", took)
+	}
+	h.wait("Degraded StatusUnavailable", integration.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonStatusUnavailable))
+	if !h.notify.hasAll("STATUS=Degraded: ", "simulated failure") {
+		t.Errorf("STATUS= does not say why: %q", h.notify.lines)
+	}
+	if n, _ := h.bootc.counts(); n != 0 {
+		t.Fatal("staged without a readable status")
+	}
+}

@@ -145,10 +145,6 @@ func (r *runner) run(ctx context.Context) error {
 	}
 }
 
-// readyGrace bounds how long READY=1 waits for a fresh bootc status: boot
-// (multi-user.target) waits for this unit's start job.
-const readyGrace = 20 * time.Second
-
 // minRoundGap is the shortest time between two rounds woken by events.
 const minRoundGap = 250 * time.Millisecond
 
@@ -247,9 +243,9 @@ func (r *runner) probeHost(ctx context.Context) {
 	}
 	// READY=1 after STATUS=, so the unit is never active without saying
 	// what it does. A host whose bootc status keeps failing must not hold
-	// boot either: after readyGrace the agent is ready anyway, and STATUS=
+	// boot either: after ReadyGrace the agent is ready anyway, and STATUS=
 	// says why it can do nothing.
-	if (err == nil || r.deps.Clock.Since(r.started) > readyGrace) && !r.ready {
+	if (err == nil || r.deps.Clock.Since(r.started) > r.cfg.ReadyGrace) && !r.ready {
 		if nerr := r.deps.Notifier.Ready(); nerr != nil {
 			r.log.Error("sd_notify READY failed", "err", nerr)
 		}
@@ -284,7 +280,7 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	obs, st, ok := r.observe(ctx)
 	act := decide.Decide(obs)
 	fresh := ok && obs.Status.Unavailable == "" && obs.Status.ReadIn == obs.Boot
-	if !r.ready && (fresh || r.deps.Clock.Since(r.started) > readyGrace) {
+	if !r.ready && (fresh || r.deps.Clock.Since(r.started) > r.cfg.ReadyGrace) {
 		r.notifyStatus(act) // STATUS= first: the unit is never active without it
 		if err := r.deps.Notifier.Ready(); err != nil {
 			r.log.Error("sd_notify READY failed", "err", err)
