@@ -159,8 +159,18 @@ func (p *planner) status() {
 	p.out.Status = st
 }
 
+func rebooting(ss []*Slot) bool {
+	for _, s := range ss {
+		if s.Kind == lease.KindReboot && s.State == SlotHeld && s.Grant.Phase == lease.PhaseReboot {
+			return true
+		}
+	}
+	return false
+}
+
 // quietAgents names the pool's nodes with rollout work (a slot held, or a
-// desired image not booted yet) whose agent's reports have not changed for
+// desired image not booted yet; not a node down in its reboot) whose agent's
+// reports have not changed for
 // QuietAfter, as the coordinator saw them, and the nodes whose agent says
 // the API server refuses its requests.
 func (p *planner) quietAgents(holds map[string][]*Slot) (quiet, refusing []string) {
@@ -176,6 +186,9 @@ func (p *planner) quietAgents(holds map[string][]*Slot) (quiet, refusing []strin
 		st := p.fresh(n)
 		work := len(holds[name]) > 0 || (bn.Spec.DesiredImage != "" && (st == nil || st.Booted == nil ||
 			bn.Spec.DesiredImage != st.Booted.Image && !strings.HasSuffix(bn.Spec.DesiredImage, "@"+st.Booted.Digest)))
+		if rebooting(holds[name]) {
+			continue // down in its reboot, silent by design; rebootTimeout judges it
+		}
 		hb := p.in.Heartbeats[name]
 		since := hb.Seen
 		if hb.SpecSeen.After(since) {

@@ -203,6 +203,20 @@ func TestQuietAgentsAreNamedOnThePool(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a node down in its reboot is not judged quiet", func(t *testing.T) {
+		w := rebootingWorld(t, false)
+		w.now = w.now.Add(5 * time.Minute)
+		in := w.input()
+		in.QuietAfter = 45 * time.Second
+		out := Plan(in)
+		if out.Status.Quiet != 1 { // node-01, staged and waiting, went quiet too
+			t.Fatalf("quiet = %d, want 1 (node-01 only)", out.Status.Quiet)
+		}
+		cond := meta.FindStatusCondition(out.Status.Conditions, fleetv1.PoolAgentsReporting)
+		if cond == nil || strings.Contains(cond.Message, "node-00") || !strings.Contains(cond.Message, "node-01") {
+			t.Fatalf("AgentsReporting = %+v", cond)
+		}
+	})
 	t.Run("a node whose requests are refused is named", func(t *testing.T) {
 		w := settled(1, 1, 1)
 		w.step()
