@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -16,6 +17,31 @@ import (
 // (apiserver_request_total), summed by "verb resource[/subresource]" and
 // sorted, most first: where a run's load on the API server came from.
 func (f *Fleet) APIRequests(ctx context.Context) ([]RequestCount, error) {
+	families, err := f.apiMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sums := map[string]float64{}
+	seconds := map[string]float64{}
+	if fam := families["apiserver_request_total"]; fam != nil {
+		for _, m := range fam.GetMetric() {
+			sums[requestKey(m)] += m.GetCounter().GetValue()
+		}
+	}
+	if fam := families["apiserver_request_duration_seconds"]; fam != nil {
+		for _, m := range fam.GetMetric() {
+			seconds[requestKey(m)] += m.GetHistogram().GetSampleSum()
+		}
+	}
+	out := make([]RequestCount, 0, len(sums))
+	for k, v := range sums {
+		out = append(out, RequestCount{What: k, Count: int64(v), Seconds: seconds[k]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Count > out[j].Count })
+	return out, nil
+}
+
+func (f *Fleet) apiMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	raw, err := f.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server's /metrics: %w", err)
@@ -25,32 +51,64 @@ func (f *Fleet) APIRequests(ctx context.Context) ([]RequestCount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing the API server's /metrics: %w", err)
 	}
-	sums := map[string]float64{}
-	if fam := families["apiserver_request_total"]; fam != nil {
-		for _, m := range fam.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			key := l["verb"] + " " + l["resource"]
-			if l["subresource"] != "" {
-				key += "/" + l["subresource"]
-			}
-			sums[key] += m.GetCounter().GetValue()
+	return families, nil
+}
+
+// requestKey is "VERB resource[/subresource]" of one request metric.
+func requestKey(m *dto.Metric) string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	key := l["verb"] + " " + l["resource"]
+	if l["subresource"] != "" {
+		key += "/" + l["subresource"]
+	}
+	return key
+}
+
+// Since returns the requests served between before and cs.
+func Since(before, cs []RequestCount) []RequestCount {
+	prev := map[string]RequestCount{}
+	for _, c := range before {
+		prev[c.What] = c
+	}
+	var out []RequestCount
+	for _, c := range cs {
+		d := RequestCount{What: c.What, Count: c.Count - prev[c.What].Count, Seconds: c.Seconds - prev[c.What].Seconds}
+		if d.Count > 0 {
+			out = append(out, d)
 		}
 	}
-	out := make([]RequestCount, 0, len(sums))
-	for k, v := range sums {
-		out = append(out, RequestCount{What: k, Count: int64(v)})
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Count > out[j].Count })
-	return out, nil
+	return out
+}
+
+// PerNode renders writes (and, separately, every request) per node update,
+// with the mean server-side latency of each kind.
+func PerNode(cs []RequestCount, nodes int) string {
+	var writes, all float64
+	var parts []string
+	for _, c := range cs {
+		per := float64(c.Count) / float64(nodes)
+		all += per
+		verb := strings.SplitN(c.What, " ", 2)[0]
+		if verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE" || verb == "APPLY" {
+			writes += per
+		}
+		if per >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.2f (%.1f ms)", c.What, per, 1000*c.Seconds/float64(c.Count)))
+		}
+	}
+	return fmt.Sprintf("%.1f writes and %.1f requests per node update: %s", writes, all, strings.Join(parts, ", "))
 }
 
 // RequestCount is how many requests of one verb and resource were served.
 type RequestCount struct {
 	What  string
 	Count int64
+	// Seconds is the server-side time these requests took, summed.
+	Seconds float64
 }
 
 // FormatRequests renders the first n counts on one line.

@@ -50,6 +50,7 @@ func BenchmarkFleetRollout(b *testing.B) {
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		v2 := p.Push("v2")
+		reqsBefore, _ := f.APIRequests(context.Background())
 		b.StartTimer()
 		start := time.Now()
 		p.Create("v2", opts)
@@ -77,6 +78,7 @@ func BenchmarkFleetRollout(b *testing.B) {
 			b.Log(err)
 		} else {
 			fmt.Fprintf(os.Stderr, "fleet rollout: API requests, setup included: %s\n", FormatRequests(reqs, 10))
+			fmt.Fprintf(os.Stderr, "fleet rollout: during the rollout, %s\n", PerNode(Since(reqsBefore, reqs), n))
 		}
 		f.Stop()
 		b.StartTimer() // b.Loop must find the timer running
