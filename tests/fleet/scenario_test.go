@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
 
@@ -223,4 +225,28 @@ func runSeeds(all []int64, workers int, fn func(seed int64) (Result, []Fault)) <
 		close(results)
 	}()
 	return results
+}
+
+func TestFailingDownloadGivesItsSlotOn(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	if r := FailingDownload(context.Background(), f, 1); r.Failed() {
+		t.Fatal(r)
+	} else {
+		t.Logf("%s; reboots %v", r, r.Reboots)
+	}
+}
+
+func TestQuietAgentIsNamedOnThePool(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	const quietAfter = 5 * time.Second
+	f := Start(t, Options{
+		Coordinator: func(o *controller.Options) { o.QuietAfter = quietAfter },
+		Agent:       func(c *agent.Config) { c.ActiveReportInterval = time.Second },
+	})
+	if r := QuietAgent(context.Background(), f, quietAfter); r.Failed() {
+		t.Fatal(r)
+	} else {
+		t.Logf("%s; reboots %v", r, r.Reboots)
+	}
 }

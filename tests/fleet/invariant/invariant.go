@@ -122,6 +122,9 @@ type FinalNode struct {
 	Phase   string
 	Reason  string
 	Healthy bool // the harness let it come back (not a never-returning node)
+	// CannotStage: the harness made its downloads fail; it never reboots,
+	// so it is no failure haltAfterFailures counts, but it must say why.
+	CannotStage bool
 }
 
 // Final is the state at the end of the run.
@@ -314,6 +317,10 @@ func checkConvergence(evs []Event, pools map[string]Pool, final Final) []Violati
 		switch {
 		case n.Healthy && n.Booted != target:
 			out = append(out, Violation{"I4", name, fmt.Sprintf("healthy node ended booted on %s, target %s (phase %s %s)", n.Booted, target, n.Phase, n.Reason), lastOf(evs, name, 8)})
+		case !n.Healthy && n.Booted != target && n.CannotStage:
+			if n.Reason == "" {
+				out = append(out, Violation{"I4", name, fmt.Sprintf("node that cannot stage reports no reason (phase %s)", n.Phase), lastOf(evs, name, 8)})
+			}
 		case !n.Healthy && n.Booted != target:
 			failures[n.Pool]++
 		}

@@ -163,6 +163,11 @@ func TestViolations(t *testing.T) {
 			f.Nodes["n2"] = FinalNode{Pool: "p", Booted: imgA, Healthy: false}
 			return f
 		}, "I4 pool p has 1 failed nodes"},
+		{"node that cannot stage gives no reason", cleanRun, func() Final {
+			f := finalOK()
+			f.Nodes["n2"] = FinalNode{Pool: "p", Booted: imgA, Phase: "Waiting", Healthy: false, CannotStage: true}
+			return f
+		}, "I4 node that cannot stage reports no reason"},
 		{"action on stale status", func() *log {
 			l := &log{}
 			grant(l, "p-stage-0", 1, "n1", lease.KindStage, imgB, boot2, "")
@@ -181,6 +186,14 @@ func TestViolations(t *testing.T) {
 			}
 			t.Fatalf("want %s, got %v", tc.want, got)
 		})
+	}
+}
+
+func TestNodeThatCannotStageIsNoRebootFailure(t *testing.T) {
+	f := finalOK()
+	f.Nodes["n2"] = FinalNode{Pool: "p", Booted: imgA, Phase: "Waiting", Reason: "StageFailed", Healthy: false, CannotStage: true}
+	if v := Check(cleanRun().evs, pools, f); len(v) != 0 {
+		t.Fatalf("violations: %v", v)
 	}
 }
 
