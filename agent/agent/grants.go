@@ -42,6 +42,9 @@ func (r *runner) syncGrants() {
 		}
 		seen[l.Name] = true
 		h := r.held[l.Name]
+		if g.Duration > 0 {
+			r.leaseDuration = g.Duration
+		}
 		if h == nil || h.grant.ID != g.ID {
 			r.log.Info("grant seen", "lease", l.Name, "grant", g.ID.String(), "kind", string(g.Kind), "image", g.Image.String(),
 				"phase", string(g.Phase), "bootID", g.BootID)
@@ -52,9 +55,6 @@ func (r *runner) syncGrants() {
 			r.log.Info("grant changed", "lease", l.Name, "grant", g.ID.String(), "phase", string(g.Phase), "failure", g.Failure)
 		}
 		h.grant = g
-		if g.Duration > 0 {
-			r.leaseDuration = g.Duration
-		}
 	}
 	for n, h := range r.held {
 		if !seen[n] {
@@ -158,8 +158,14 @@ func (r *runner) reportDue() time.Duration {
 	if r.kube.bootcNode() == nil {
 		return time.Duration(1<<62 - 1) // nothing to report into yet; its creation wakes the loop
 	}
+	due := r.lastReportAt.Add(r.reportEvery(string(r.lastReport.Phase)))
 	if !r.reported {
-		return 0
+		due = time.Time{}
 	}
-	return r.lastReportAt.Add(r.reportEvery(string(r.lastReport.Phase))).Sub(r.now())
+	// A report the API server did not take is retried after a pause, not
+	// in a tight loop of rounds (each reads bootc status).
+	if retry := r.reportTried.Add(max(r.cfg.RereadInterval, time.Second)); retry.After(due) {
+		due = retry
+	}
+	return due.Sub(r.now())
 }

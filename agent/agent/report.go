@@ -115,6 +115,7 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 	}
 	sent := r.now()
 	rep.LastReportTime = sent
+	r.reportTried = sent
 	pctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	err := r.kube.patchStatus(pctx, rep)

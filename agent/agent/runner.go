@@ -74,6 +74,7 @@ type runner struct {
 	lastNotify   string
 	lastReport   statusReport
 	lastReportAt time.Time
+	reportTried  time.Time // the last report sent, accepted or not
 	reported     bool
 }
 
