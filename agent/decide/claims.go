@@ -19,8 +19,8 @@ type Claim struct {
 
 // Claims returns the grants to list in the report of action a: every grant
 // this node holds in the current boot for the image it is moving to, unless
-// the coordinator marked it failed or a reboot already spent it; a grant
-// issued in another boot is listed as released (GrantedInAnotherBoot). A stage
+// the coordinator marked it failed or a reboot already spent it; a stage
+// grant issued in another boot is listed as released (GrantedInAnotherBoot). A stage
 // grant is released when the stage failed lease.MaxStageAttempts times under
 // it, or when a is a Degraded verdict (the agent cannot use the grant, so it
 // must not keep the slot from the next node). Reboot grants are never
@@ -33,8 +33,13 @@ func Claims(o Observation, a Action) []Claim {
 			continue
 		}
 		if g.BootID != o.Boot.BootID {
-			// Void in this boot (I5): say so, so a stage slot is handed on.
-			out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonGrantedInAnotherBoot})
+			// Void in this boot (I5): a stage grant is said to be let go of,
+			// so its slot is handed on. A reboot grant of the last boot is
+			// the one the coordinator is verifying: nothing to say, and not
+			// saying it saves a status write per reboot.
+			if g.Kind == lease.KindStage {
+				out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonGrantedInAnotherBoot})
+			}
 			continue
 		}
 		wanted := o.Desired.Set && o.Desired.Invalid == "" && g.Image == o.Desired.Image

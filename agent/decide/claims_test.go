@@ -57,6 +57,11 @@ func TestClaims(t *testing.T) {
 			o.Grants = []HeldGrant{reboot}
 			return o
 		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRebootDidNotHappen}, map[string]string{reboot.Lease: ""}},
+		{"the reboot grant of the last boot is not listed", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)}
+			return o
+		}, Action{Phase: fleetv1.PhaseIdle}, map[string]string{}},
 		{"a spent reboot grant is not listed", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{reboot}
