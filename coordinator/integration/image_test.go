@@ -95,7 +95,10 @@ func TestImageChangeMidRollout(t *testing.T) {
 		if n.reboots < 1 || n.reboots > 2 {
 			t.Errorf("node %s rebooted %d times, want 1 (straight to the new image) or 2 (old, then new)", name, n.reboots)
 		}
-		if n.reboots != len(f.rebootGrants[name]) {
+		// A grant revoked while Draining (the tag moved before the node
+		// rebooted) is a grant without a reboot; a reboot without a grant
+		// of its own never is (I3).
+		if n.reboots > len(f.rebootGrants[name]) {
 			t.Errorf("node %s rebooted %d times under %d reboot grants", name, n.reboots, len(f.rebootGrants[name]))
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -161,17 +162,7 @@ func TestProductionShapedControlPlane(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, fails, or ctx ends.
+// waitFor polls cond every 50ms until it holds, fails, or ctx ends.
 func waitFor(ctx context.Context, cond func() (bool, error)) error {
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) { return cond() })
 }
