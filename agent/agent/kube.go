@@ -80,7 +80,17 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 		UpdateFunc: func(any, any) { k.poke() },
 		DeleteFunc: func(any) { k.poke() },
 	}
-	if _, err := k.nodeInf.AddEventHandler(h); err != nil {
+	// The agent's own status writes change its BootcNode too; only a spec
+	// change (a new generation) is news to the agent.
+	nh := h
+	nh.UpdateFunc = func(old, cur any) {
+		a, okA := old.(*fleetv1.BootcNode)
+		b, okB := cur.(*fleetv1.BootcNode)
+		if !okA || !okB || a.Generation != b.Generation || a.DeletionTimestamp != b.DeletionTimestamp {
+			k.poke()
+		}
+	}
+	if _, err := k.nodeInf.AddEventHandler(nh); err != nil {
 		return nil, err
 	}
 	if _, err := k.leaseInf.AddEventHandler(h); err != nil {

@@ -155,6 +155,38 @@ func (r *runner) notifyStatus(a decide.Action) string {
 	return msg
 }
 
+// heartbeat re-sends the last report with a new time, so the grants it
+// lists stay usable and the coordinator sees the agent alive. Nothing the
+// report says changed (a change of bootc status, a grant or the BootcNode
+// wakes a full round), so it reads no bootc status; only the boot ID is
+// checked. It returns false when a full round must report instead.
+func (r *runner) heartbeat(ctx context.Context) bool {
+	if !r.reported {
+		return false
+	}
+	if id, err := r.deps.Host.BootID(); err != nil || id != r.lastReport.BootID {
+		return false
+	}
+	rep := r.lastReport
+	sent := r.now()
+	rep.LastReportTime, r.reportTried = sent, sent
+	pctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	err := r.kube.patchStatus(pctx, rep)
+	r.noteRequest("patch bootcnode status", err)
+	if err != nil {
+		r.log.Info("heartbeat failed", "err", err)
+		return true // retried after a pause (reportDue)
+	}
+	for _, g := range rep.Grants {
+		if h := r.held[g.Lease]; h != nil && g.Released == "" && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
+			h.lastHeartbeat = sent
+		}
+	}
+	r.lastReport, r.lastReportAt = rep, sent
+	return true
+}
+
 // reportRefusal writes only the conditions, with APIAccess saying why the
 // full report was refused (e.g. a field the schema rejects): a smaller
 // patch may still pass, and a person then sees the server's message.

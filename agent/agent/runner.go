@@ -112,9 +112,10 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		lastRound := r.now()
 		nextRound := lastRound.Add(wait)
-		// Sleep until the next round is due, something changes, or a grant
-		// needs renewing; wake in between only to ping the watchdog, which
-		// costs nothing (no bootc status, no API call).
+		// Sleep until the next round is due or something changes; wake in
+		// between to ping the watchdog, which costs nothing, and to send a
+		// heartbeat when one is due, which costs one status write (no
+		// bootc status: any change wakes a full round anyway).
 		for {
 			sleep := nextRound.Sub(r.now())
 			if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < sleep {
@@ -130,8 +131,11 @@ func (r *runner) run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if woke || !r.now().Before(nextRound) || r.reportDue() <= 0 {
+			if woke || !r.now().Before(nextRound) {
 				break
+			}
+			if r.reportDue() <= 0 && !r.heartbeat(ctx) {
+				break // a full round reports instead
 			}
 			_ = r.deps.Notifier.Watchdog()
 		}
