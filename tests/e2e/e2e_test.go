@@ -38,9 +38,11 @@ func TestMain(m *testing.M) {
 // BootcNode spec a coordinator would, and grants nothing.
 func TestAgentUnderSystemd(t *testing.T) {
 	SkipIfUnavailable(t)
+	// The bound starts once the nodes exist: the first test on a fresh
+	// machine also builds the root filesystem (debootstrap, minutes).
+	f := NewFleet(t, Options{Nodes: 1, Prefix: "e2e-infra", Booted: imgOld, Pool: "infra"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	f := NewFleet(t, Options{Nodes: 1, Prefix: "e2e-infra", Booted: imgOld, Pool: "infra"})
 	n := f.Nodes[0]
 	bn := &fleetv1.BootcNode{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
@@ -231,11 +233,11 @@ func awaitNodeStatus(ctx context.Context, t *testing.T, f *Fleet, n *Node, what 
 // host, every reboot is the agent's own logind call inside its container.
 func TestRolloutUnderSystemd(t *testing.T) {
 	SkipIfUnavailable(t)
+	const pool = "e2e-roll"
+	f := NewFleet(t, Options{Nodes: 3, Prefix: "e2e-roll", Booted: imgOld, Pool: pool})
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	const pool = "e2e-roll"
-	f := NewFleet(t, Options{Nodes: 3, Prefix: "e2e-roll", Booted: imgOld, Pool: pool})
 	f.Boot()
 	for _, n := range f.Nodes {
 		awaitAgentActive(ctx, t, n, 1)

@@ -37,10 +37,10 @@ const outageStartTimeout = 10 * time.Second
 // process once the API server answers.
 func TestBootWithoutAPIServer(t *testing.T) {
 	SkipIfUnavailable(t)
+	f := NewFleet(t, Options{Nodes: 1, Prefix: "e2e-outage", Booted: imgOld, Pool: "outage"})
 	testStart := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	f := NewFleet(t, Options{Nodes: 1, Prefix: "e2e-outage", Booted: imgOld, Pool: "outage"})
 	n := f.Nodes[0]
 	if err := f.Env.Client.Create(ctx, &fleetv1.BootcNode{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
