@@ -113,29 +113,45 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 	if r.reported && rep.sameAs(r.lastReport) && r.now().Sub(r.lastReportAt) < r.reportEvery(string(a.Phase)) {
 		return false
 	}
+	for _, c := range claims {
+		if h := r.held[c.ID.Lease]; h != nil && h.grant.ID == c.ID && c.Released == "" && h.lastHeartbeat.IsZero() {
+			credited = true // its first heartbeat, if this report is taken
+		}
+	}
+	if err := r.send(ctx, rep); err != nil {
+		r.log.Info("status report failed", "err", err)
+		if refused(err) {
+			cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+			r.reportRefusal(cctx, n.Generation, conds)
+			cancel()
+		}
+		return false
+	}
+	return credited
+}
+
+// send writes rep as this node's BootcNode status, timed now. Once the API
+// server took it, every grant it lists in use has this report as its
+// heartbeat: the time it was sent, not when it arrived, so the agent's
+// validity ends before the coordinator's (which runs from when it saw it).
+func (r *runner) send(ctx context.Context, rep statusReport) error {
 	sent := r.now()
-	rep.LastReportTime = sent
-	r.reportTried = sent
+	rep.LastReportTime, r.reportTried = sent, sent
 	pctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	err := r.kube.patchStatus(pctx, rep)
 	r.noteRequest("patch bootcnode status", err)
 	if err != nil {
-		r.log.Info("status report failed", "err", err)
-		if refused(err) {
-			r.reportRefusal(pctx, n.Generation, conds)
-		}
-		return false
+		return err
 	}
 	r.kube.clearListErr("bootcnodes")
-	for _, c := range claims {
-		if h := r.held[c.ID.Lease]; h != nil && h.grant.ID == c.ID && c.Released == "" {
-			credited = credited || h.lastHeartbeat.IsZero()
+	for _, g := range rep.Grants {
+		if h := r.held[g.Lease]; h != nil && g.Released == "" && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
 			h.lastHeartbeat = sent
 		}
 	}
 	r.lastReport, r.lastReportAt, r.reported = rep, sent, true
-	return credited
+	return nil
 }
 
 // notifyStatus sends STATUS= for a when the line changed and returns the
@@ -167,24 +183,10 @@ func (r *runner) heartbeat(ctx context.Context) bool {
 	if id, err := r.deps.Host.BootID(); err != nil || id != r.lastReport.BootID {
 		return false
 	}
-	rep := r.lastReport
-	sent := r.now()
-	rep.LastReportTime, r.reportTried = sent, sent
-	pctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	err := r.kube.patchStatus(pctx, rep)
-	r.noteRequest("patch bootcnode status", err)
-	if err != nil {
+	if err := r.send(ctx, r.lastReport); err != nil {
 		r.log.Info("heartbeat failed", "err", err)
-		return true // retried after a pause (reportDue)
 	}
-	for _, g := range rep.Grants {
-		if h := r.held[g.Lease]; h != nil && g.Released == "" && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
-			h.lastHeartbeat = sent
-		}
-	}
-	r.lastReport, r.lastReportAt = rep, sent
-	return true
+	return true // a failed one is retried after a pause (reportDue)
 }
 
 // reportRefusal writes only the conditions, with APIAccess saying why the
