@@ -212,6 +212,33 @@ func TestBootcNodeDesiredImage(t *testing.T) {
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.phase") {
 		t.Fatalf("status.phase Exploding: got %v", err)
 	}
+	// What an agent lists as its grants is bounded and shaped by the schema.
+	grant := func(f func(g map[string]any)) map[string]any {
+		g := map[string]any{"lease": "workers-stage-0", "uid": "6b7e6b3c-0c1d-4a8e-9c57-3c1f0d1e2a3b", "leaseTransitions": int64(1)}
+		f(g)
+		return g
+	}
+	for what, g := range map[string]map[string]any{
+		"status.grants[0].uid":              grant(func(g map[string]any) { g["uid"] = strings.Repeat("u", 65) }),
+		"status.grants[0].released":         grant(func(g map[string]any) { g["released"] = "not a reason" }),
+		"status.grants[0].leaseTransitions": grant(func(g map[string]any) { g["leaseTransitions"] = int64(0) }),
+	} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
+			t.Fatal(err)
+		}
+		bad.Object["status"] = map[string]any{"grants": []any{g}}
+		err := c.Status().Update(ctx, bad)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), what) {
+			t.Errorf("%s: got %v, want Invalid naming it", what, err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
+		t.Fatal(err)
+	}
+	bad.Object["status"] = map[string]any{"grants": []any{grant(func(g map[string]any) { g["released"] = "StageFailed" })}}
+	if err := c.Status().Update(ctx, bad); err != nil {
+		t.Fatalf("a valid released grant rejected: %v", err)
+	}
 }
 
 func TestStatusWriteKeepsGeneration(t *testing.T) {

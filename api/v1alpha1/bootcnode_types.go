@@ -94,6 +94,9 @@ type GrantInUse struct {
 	// +required
 	Lease string `json:"lease"`
 	// UID is the slot Lease's UID.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
 	// +required
 	UID types.UID `json:"uid"`
 	// LeaseTransitions is the Lease's leaseTransitions when it was granted.
