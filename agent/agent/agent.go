@@ -26,8 +26,11 @@ import (
 // Bootc runs the bootc CLI (agent/bootc.CLI in production).
 type Bootc interface {
 	Status(ctx context.Context) (bootc.Status, error)
-	// Switch stages img with --download-only; cancelling ctx stops it.
-	Switch(ctx context.Context, img imageref.Pinned) error
+	// Probe learns what the installed bootc supports.
+	Probe(ctx context.Context) (bootc.Capabilities, error)
+	// Stage stages exactly img, locked (download-only), with a sequence
+	// caps allow; cancelling ctx stops it.
+	Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities) error
 	// ApplyStaged unlocks the staged deployment (upgrade --from-downloaded).
 	ApplyStaged(ctx context.Context) error
 }

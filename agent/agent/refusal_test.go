@@ -55,7 +55,7 @@ func TestRefusedRequestsShowOnTheBootcNode(t *testing.T) {
 		}
 		_ = env.Client.Delete(context.Background(), role)
 	})
-	h := &harness{t: t, node: node, m: m, bootc: &memBootc{m: m}, host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
+	h := &harness{t: t, node: node, m: m, bootc: newMemBootc(m), host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
 	h.k = &integration.Coordinator{C: env.Client, Pool: "pool-" + node}
 	// The Role a later binding refers to.
 	if err := envtest.Apply(ctx, env.Client, filepath.Join(envtest.RepoRoot(), "packaging/rbac/agent.yaml")); err != nil {
@@ -121,7 +121,7 @@ func TestReadyAfterGraceWhenBootcStatusKeepsFailing(t *testing.T) {
 	m.Configure(func(k *testbootc.Knobs) {
 		k.StatusFailure = &testbootc.Failure{ExitCode: 1, Stderr: "error: opening sysroot: simulated failure"}
 	})
-	h := &harness{t: t, node: node, m: m, bootc: &memBootc{m: m}, host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
+	h := &harness{t: t, node: node, m: m, bootc: newMemBootc(m), host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
 	h.k = &integration.Coordinator{C: env.Client, Pool: "pool-" + node}
 	ctx := context.Background()
 	if err := h.k.EnsureBootcNode(ctx, node, imgV2, ""); err != nil {

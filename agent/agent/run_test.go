@@ -37,43 +37,43 @@ var (
 
 // memBootc is bootc over an in-memory testbootc.Machine, the way a fleet
 // simulation embeds the agent.
+// memBootc is the agent's real bootc CLI over an in-memory test bootc, so
+// the command lines the agent runs meet bootc's own parsing, messages and
+// sysroot lock.
 type memBootc struct {
-	m *testbootc.Machine
-	// hold, when set, makes Switch wait for ctx (a pull that never ends).
-	hold     bool
+	*bootc.CLI
+	m        *testbootc.Machine
+	mem      *testbootc.Mem
 	mu       sync.Mutex
-	switches []string
+	stages   []string
 	canceled int
 }
 
-func (b *memBootc) Status(context.Context) (bootc.Status, error) {
-	if err := b.m.StatusError(); err != nil {
-		return bootc.Status{}, err
-	}
-	return bootc.Parse(b.m.Status())
+func newMemBootc(m *testbootc.Machine) *memBootc {
+	mem := testbootc.NewMem(m)
+	return &memBootc{CLI: &bootc.CLI{Runner: mem}, m: m, mem: mem}
 }
 
-func (b *memBootc) Switch(ctx context.Context, img imageref.Pinned) error {
+// hold makes every pull wait until it is cancelled.
+func (b *memBootc) hold(on bool) { b.m.Configure(func(k *testbootc.Knobs) { k.SwitchHang = on }) }
+
+func (b *memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities) error {
 	b.mu.Lock()
-	b.switches = append(b.switches, img.String())
-	hold := b.hold
+	b.stages = append(b.stages, img.String())
 	b.mu.Unlock()
-	if hold {
-		<-ctx.Done()
+	err := b.CLI.Stage(ctx, img, caps)
+	if ctx.Err() != nil {
 		b.mu.Lock()
 		b.canceled++
 		b.mu.Unlock()
-		return ctx.Err()
 	}
-	return b.m.Switch(img.String())
+	return err
 }
 
-func (b *memBootc) ApplyStaged(context.Context) error { return b.m.Apply() }
-
-func (b *memBootc) counts() (switches, canceled int) {
+func (b *memBootc) counts() (stages, canceled int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.switches), b.canceled
+	return len(b.stages), b.canceled
 }
 
 // memHost counts reboot requests; the test plays the reboot on the machine.
@@ -157,7 +157,7 @@ func start(t *testing.T, node string, settle time.Duration) *harness {
 	}
 	h := &harness{
 		t: t, node: node, m: m,
-		bootc:  &memBootc{m: m},
+		bootc:  newMemBootc(m),
 		host:   &memHost{m: m},
 		notify: &memNotifier{},
 		k:      &integration.Coordinator{C: env.Client, Pool: "pool-" + node},
@@ -319,7 +319,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 
 func TestRunCancelsStageOnRevokeAndImageChange(t *testing.T) {
 	h := start(t, "mem-b", time.Minute)
-	h.bootc.hold = true
+	h.bootc.hold(true)
 	ctx := context.Background()
 	boot := h.m.BootID()
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
@@ -346,7 +346,7 @@ func TestRunCancelsStageOnRevokeAndImageChange(t *testing.T) {
 	}
 	h.until("a stage of the new image", func() bool { n, _ := h.bootc.counts(); return n == 3 })
 	h.bootc.mu.Lock()
-	last := h.bootc.switches[len(h.bootc.switches)-1]
+	last := h.bootc.stages[len(h.bootc.stages)-1]
 	h.bootc.mu.Unlock()
 	if last != imgV3 {
 		t.Fatalf("last stage was %s, want %s", last, imgV3)

@@ -8,23 +8,28 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 )
 
-// startStage confirms the stage grant with a consistent read and starts
-// bootc switch --download-only in the background.
+// startStage confirms the stage grant with a consistent read and starts the
+// stage (bootc.CLI.Stage) in the background.
 func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.Action) bool {
 	g, ok := r.heldGrant(a.Grant)
 	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot.BootID) {
 		return false
 	}
+	if r.probe == nil || !r.probe.support.CanStage || r.probe.boot != o.Boot {
+		return false // Decide checked it; kept as a guard
+	}
+	caps := r.probe.caps
 	sctx, cancel := context.WithCancel(ctx)
 	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1)}
 	r.stage = s
-	go func() { s.done <- r.deps.Bootc.Switch(sctx, a.Image) }()
+	go func() { s.done <- r.deps.Bootc.Stage(sctx, a.Image, caps) }()
 	return true
 }
 
 func (r *runner) stageFinished(err error) {
 	s := r.stage
 	r.stage = nil
+	r.lastRead = nil // the stage changed what bootc reports
 	if s == nil {
 		return
 	}
@@ -60,6 +65,7 @@ func (r *runner) cancelStage(ctx context.Context) {
 	s.cancel()
 	r.await(ctx, s.done)
 	r.stage = nil
+	r.lastRead = nil
 	r.log.Info("stage cancelled", "image", s.image.String())
 }
 

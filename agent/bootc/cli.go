@@ -5,13 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 )
 
 // Errors returned by CLI methods wrap one of these.
@@ -25,6 +24,10 @@ var (
 	ErrStart = errors.New("bootc command could not start")
 	// ErrInvalidImage: the image given to Switch is not a digest-pinned reference.
 	ErrInvalidImage = errors.New("invalid image for bootc switch")
+	// ErrUnsupported: the installed bootc cannot do what was asked safely.
+	ErrUnsupported = errors.New("bootc cannot do this")
+	// ErrNotLocked: a stage ended without the granted image staged locked.
+	ErrNotLocked = errors.New("the staged deployment is not the granted image, locked")
 )
 
 const (
@@ -41,6 +44,15 @@ type CLI struct {
 	Path  string        // bootc binary (default "bootc")
 	Grace time.Duration // SIGTERM -> SIGKILL grace on cancel (default 10s)
 	Env   []string      // extra environment (tests)
+	// Runner, when set, runs the command lines instead of a process (for
+	// harnesses that run many hosts in one process).
+	Runner Runner
+}
+
+// Runner runs one bootc command line, writing what bootc prints to stdout
+// and stderr, and returns its exit code. Ending ctx must end the command.
+type Runner interface {
+	Run(ctx context.Context, args []string, stdout, stderr io.Writer) (exitCode int, err error)
 }
 
 // CommandError describes a bootc invocation that did not succeed. It wraps
@@ -76,18 +88,6 @@ func (c *CLI) Status(ctx context.Context) (Status, error) {
 	return Parse(out)
 }
 
-// Switch stages img without applying it: `bootc switch --download-only <repo@sha256:...>`.
-// The next reboot keeps booting the current deployment until ApplyStaged.
-func (c *CLI) Switch(ctx context.Context, img imageref.Pinned) error {
-	// Re-validate: a Pinned built by hand skipped ParsePinned.
-	p, err := imageref.ParsePinned(img.String())
-	if err != nil || p != img {
-		return fmt.Errorf("%w: %q: %w", ErrInvalidImage, img.String(), err)
-	}
-	_, err = c.run(ctx, "switch", "--download-only", p.String())
-	return err
-}
-
 // ApplyStaged unlocks the staged deployment so the next reboot applies it:
 // `bootc upgrade --from-downloaded`. It does not fetch anything.
 func (c *CLI) ApplyStaged(ctx context.Context) error {
@@ -114,6 +114,9 @@ func (c *CLI) grace() time.Duration {
 func (c *CLI) run(ctx context.Context, args ...string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &CommandError{Args: args, ExitCode: -1, Kind: ErrCanceled, Cause: err}
+	}
+	if c.Runner != nil {
+		return c.runWith(ctx, args)
 	}
 	cmd := exec.Command(c.path(), args...)
 	cmd.Env = append(os.Environ(), c.Env...)
@@ -158,6 +161,25 @@ func (c *CLI) run(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	if stdout.overflow {
 		return nil, &CommandError{Args: args, ExitCode: 0, Stderr: stderr.String(), Kind: ErrFailed,
+			Cause: fmt.Errorf("stdout larger than %d bytes", maxStdout)}
+	}
+	return stdout.Bytes(), nil
+}
+
+func (c *CLI) runWith(ctx context.Context, args []string) ([]byte, error) {
+	stdout := &limitBuffer{max: maxStdout}
+	stderr := &tailBuffer{max: stderrTail}
+	code, err := c.Runner.Run(ctx, args, stdout, stderr)
+	switch {
+	case ctx.Err() != nil:
+		return nil, &CommandError{Args: args, ExitCode: -1, Stderr: stderr.String(), Kind: ErrCanceled, Cause: ctx.Err()}
+	case err != nil:
+		return nil, &CommandError{Args: args, ExitCode: -1, Kind: ErrStart, Cause: err}
+	case code != 0:
+		return nil, &CommandError{Args: args, ExitCode: code, Stderr: stderr.String(), Kind: ErrFailed,
+			Cause: fmt.Errorf("exit status %d", code)}
+	case stdout.overflow:
+		return nil, &CommandError{Args: args, Stderr: stderr.String(), Kind: ErrFailed,
 			Cause: fmt.Errorf("stdout larger than %d bytes", maxStdout)}
 	}
 	return stdout.Bytes(), nil

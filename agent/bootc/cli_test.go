@@ -66,52 +66,127 @@ func mustPinned(t *testing.T, ref string) imageref.Pinned {
 	return p
 }
 
+// probe returns what the test bootc of d supports, as the agent learns it.
+func probe(t *testing.T, cli *CLI) Capabilities {
+	t.Helper()
+	caps, err := cli.Probe(context.Background())
+	if err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	return caps
+}
+
+// Each bootc generation stages the image locked with its own sequence, and
+// unlocks it with upgrade --from-downloaded.
 func TestCLIStageAndApply(t *testing.T) {
-	d, cli := newHost(t, testbootc.Knobs{})
+	probeCalls := [][]string{{"--version"}, {"switch", "--help"}, {"upgrade", "--help"}}
+	tests := []struct {
+		gen       testbootc.Generation
+		wantCaps  Capabilities
+		wantStage [][]string
+	}{
+		{testbootc.Gen1_16, Capabilities{Version: "1.16.9", UpgradeDownloadOnly: true, SoftReboot: true}, [][]string{
+			{"switch", targetRef},
+			{"upgrade", "--download-only"},
+			{"status", "--format=json"},
+		}},
+		{testbootc.GenSwitchDownloadOnly, Capabilities{Version: "1.17.0", SwitchDownloadOnly: true, UpgradeDownloadOnly: true, SoftReboot: true}, [][]string{
+			{"switch", "--download-only", targetRef},
+			{"status", "--format=json"}, // lockIfUnlocked: already locked
+			{"status", "--format=json"},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.gen), func(t *testing.T) {
+			d, cli := newHost(t, testbootc.Knobs{Generation: tc.gen})
+			ctx := context.Background()
+			caps := probe(t, cli)
+			if caps != tc.wantCaps {
+				t.Fatalf("Probe = %+v, want %+v", caps, tc.wantCaps)
+			}
+			if err := cli.Stage(ctx, mustPinned(t, targetRef), caps); err != nil {
+				t.Fatalf("Stage: %v", err)
+			}
+			s, err := cli.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Staged == nil || s.Staged.Digest != d16dc || !s.Staged.DownloadOnly {
+				t.Fatalf("after stage staged = %+v, want %s download-only", s.Staged, d16dc)
+			}
+			if p, err := s.Staged.Pinned(); err != nil || p.String() != targetRef {
+				t.Errorf("staged Pinned() = %v, %v; want %s", p, err, targetRef)
+			}
+			if err := cli.ApplyStaged(ctx); err != nil {
+				t.Fatalf("ApplyStaged: %v", err)
+			}
+			s, err = cli.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Staged == nil || s.Staged.DownloadOnly {
+				t.Fatalf("after apply staged = %+v, want unlocked", s.Staged)
+			}
+			want := append(append(append([][]string{}, probeCalls...), tc.wantStage...),
+				[]string{"status", "--format=json"}, []string{"upgrade", "--from-downloaded"}, []string{"status", "--format=json"})
+			if got := invocations(t, d); !reflect.DeepEqual(got, want) {
+				t.Errorf("bootc ran\n%q\nwant\n%q", got, want)
+			}
+		})
+	}
+}
+
+// A bootc without any download-only staging is refused before anything runs.
+func TestCLIStageRefusesBootcWithoutDownloadOnly(t *testing.T) {
+	d, cli := newHost(t, testbootc.Knobs{Generation: testbootc.Gen1_11})
+	caps := probe(t, cli)
+	if caps.UpgradeDownloadOnly || caps.SwitchDownloadOnly || caps.Version != "1.11.0" {
+		t.Fatalf("Probe = %+v", caps)
+	}
+	before := len(invocations(t, d))
+	err := cli.Stage(context.Background(), mustPinned(t, targetRef), caps)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "bootc 1.11.0") {
+		t.Fatalf("Stage = %v, want ErrUnsupported naming bootc 1.11.0", err)
+	}
+	if got := invocations(t, d)[before:]; len(got) != 0 {
+		t.Errorf("bootc ran %q", got)
+	}
+}
+
+// The flag the agent used to pass on switch is refused by clap on a bootc
+// without it: the agent must never depend on it there.
+func TestBootcWithoutSwitchDownloadOnlyRefusesIt(t *testing.T) {
+	_, cli := newHost(t, testbootc.Knobs{Generation: testbootc.Gen1_16})
+	_, err := cli.run(context.Background(), "switch", "--download-only", targetRef)
+	var ce *CommandError
+	if !errors.As(err, &ce) || ce.ExitCode != 2 || !strings.Contains(ce.Stderr, "unexpected argument '--download-only'") {
+		t.Fatalf("switch --download-only on bootc 1.16 = %v, want clap's exit 2", err)
+	}
+}
+
+// A stage whose switch ran to staging but whose lock step failed leaves
+// the image locked anyway, or says it could not.
+func TestCLIStageLocksAfterFailedLockStep(t *testing.T) {
+	d, cli := newHost(t, testbootc.Knobs{Generation: testbootc.Gen1_16})
+	caps := probe(t, cli)
 	ctx := context.Background()
-
-	s, err := cli.Status(ctx)
-	if err != nil {
-		t.Fatalf("Status: %v", err)
-	}
-	if s.Booted == nil || s.Booted.Digest != d736b || s.Staged != nil {
-		t.Fatalf("initial status booted=%+v staged=%+v", s.Booted, s.Staged)
-	}
-
-	if err := cli.Switch(ctx, mustPinned(t, targetRef)); err != nil {
-		t.Fatalf("Switch: %v", err)
-	}
-	s, err = cli.Status(ctx)
-	if err != nil {
+	if err := cli.Stage(ctx, mustPinned(t, targetRef), caps); err != nil {
 		t.Fatal(err)
 	}
-	if s.Staged == nil || s.Staged.Digest != d16dc || !s.Staged.DownloadOnly {
-		t.Fatalf("after switch staged = %+v, want %s download-only", s.Staged, d16dc)
-	}
-	if p, err := s.Staged.Pinned(); err != nil || p.String() != targetRef {
-		t.Errorf("staged Pinned() = %v, %v; want %s", p, err, targetRef)
-	}
-
+	// Unlock it as a crashed sequence would leave it, then stage again:
+	// switch says the spec is unchanged, and the lock step locks it.
 	if err := cli.ApplyStaged(ctx); err != nil {
-		t.Fatalf("ApplyStaged: %v", err)
+		t.Fatal(err)
 	}
-	s, err = cli.Status(ctx)
+	if err := cli.Stage(ctx, mustPinned(t, targetRef), caps); err != nil {
+		t.Fatalf("Stage over the unlocked image: %v", err)
+	}
+	s, err := testbootcStatus(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Staged == nil || s.Staged.DownloadOnly {
-		t.Fatalf("after apply staged = %+v, want unlocked", s.Staged)
-	}
-
-	want := [][]string{
-		{"status", "--format=json"},
-		{"switch", "--download-only", targetRef},
-		{"status", "--format=json"},
-		{"upgrade", "--from-downloaded"},
-		{"status", "--format=json"},
-	}
-	if got := invocations(t, d); !reflect.DeepEqual(got, want) {
-		t.Errorf("bootc ran\n%q\nwant\n%q", got, want)
+	if s.Staged == nil || !s.Staged.DownloadOnly {
+		t.Fatalf("staged %+v, want locked", s.Staged)
 	}
 }
 
@@ -129,9 +204,9 @@ func TestCLISwitchRejectsUnvalidatedImage(t *testing.T) {
 	d, cli := newHost(t, testbootc.Knobs{})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := cli.Switch(context.Background(), tc.img)
+			err := cli.Stage(context.Background(), tc.img, Capabilities{UpgradeDownloadOnly: true, SwitchDownloadOnly: true})
 			if !errors.Is(err, ErrInvalidImage) {
-				t.Fatalf("Switch(%q) = %v, want ErrInvalidImage", tc.img.String(), err)
+				t.Fatalf("Stage(%q) = %v, want ErrInvalidImage", tc.img.String(), err)
 			}
 		})
 	}
@@ -156,9 +231,9 @@ func TestCLIFailureKeepsStderrTail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.failure
 			_, cli := newHost(t, testbootc.Knobs{SwitchFailure: &f})
-			err := cli.Switch(context.Background(), mustPinned(t, targetRef))
+			err := cli.Stage(context.Background(), mustPinned(t, targetRef), probe(t, cli))
 			if !errors.Is(err, ErrFailed) {
-				t.Fatalf("Switch = %v, want ErrFailed", err)
+				t.Fatalf("Stage = %v, want ErrFailed", err)
 			}
 			var ce *CommandError
 			if !errors.As(err, &ce) {
@@ -229,7 +304,8 @@ func TestCLICancelHangingSwitch(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			errc := make(chan error, 1)
-			go func() { errc <- cli.Switch(ctx, mustPinned(t, targetRef)) }()
+			caps := probe(t, cli)
+			go func() { errc <- cli.Stage(ctx, mustPinned(t, targetRef), caps) }()
 
 			pids := waitHangPIDs(t, d)
 			if len(pids) != 2 {
@@ -243,7 +319,7 @@ func TestCLICancelHangingSwitch(t *testing.T) {
 			cancel()
 			err := <-errc
 			if !errors.Is(err, ErrCanceled) || !errors.Is(err, context.Canceled) {
-				t.Fatalf("Switch = %v, want ErrCanceled wrapping context.Canceled", err)
+				t.Fatalf("Stage = %v, want ErrCanceled wrapping context.Canceled", err)
 			}
 			for _, pid := range pids {
 				waitGone(t, pid)

@@ -111,6 +111,22 @@ type Verdict struct {
 	Message string
 }
 
+// BootcSupport is what the agent learned in this boot about the installed
+// bootc (its version and --help), probed once per boot.
+type BootcSupport struct {
+	// Known: the probe answered in this boot.
+	Known bool
+	// Version is the version bootc printed.
+	Version string
+	// CanStage: bootc can stage an image locked (download-only).
+	CanStage bool
+	// SoftReboot: bootc can prepare a soft reboot (--soft-reboot).
+	SoftReboot bool
+	// Problem says why the probe failed (Known false) or why bootc cannot
+	// stage (CanStage false).
+	Problem string
+}
+
 // Observation is everything the decision reads.
 type Observation struct {
 	Now  time.Time
@@ -123,6 +139,8 @@ type Observation struct {
 	Boot BootIdentity
 	// SoftRebootSupported: systemd exposes SoftRebootsCount (v254+).
 	SoftRebootSupported bool
+	// Bootc is what the installed bootc supports.
+	Bootc BootcSupport
 
 	Record RecordState
 	// RebootIssued: this process already asked the host to reboot for the
@@ -206,6 +224,8 @@ const (
 	ReasonRebootCompleted = "RebootCompleted"
 	ReasonCancelling      = "CancellingStage"
 	ReasonRenewing        = "RenewingGrant"
+	ReasonProbingBootc    = "ProbingBootc"
+	ReasonLocking         = "LockingStagedImage"
 )
 
 // Decide returns the next action. It applies, in order: the freshness and
@@ -347,7 +367,7 @@ func staged(o Observation) Action {
 		return cancel(o, "another image is staged")
 	}
 	if g, err := validGrant(o, lease.ActionReboot, img); err == nil {
-		soft := o.Policy == fleetv1.RebootPolicyAllowSoftReboot && o.Status.Staged.SoftRebootCapable && o.SoftRebootSupported
+		soft := o.Policy == fleetv1.RebootPolicyAllowSoftReboot && o.Status.Staged.SoftRebootCapable && o.SoftRebootSupported && o.Bootc.SoftReboot
 		how := "reboot"
 		if soft {
 			how = "soft reboot"
@@ -356,6 +376,12 @@ func staged(o Observation) Action {
 			Image: img, Grant: g.ID, Soft: soft, Message: how + " into " + short(img) + " under " + g.ID.String()}
 	}
 	if !o.Status.Staged.DownloadOnly {
+		// A stage that ended between its switch and its lock (the agent
+		// stopped) left img unlocked: the stage grant lets it lock it.
+		if g, err := validGrant(o, lease.ActionStage, img); err == nil && o.Bootc.Known && o.Bootc.CanStage {
+			return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonLocking, Image: img, Grant: g.ID,
+				Message: "staged " + short(img) + " is unlocked; locking it under " + g.ID.String()}
+		}
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonUnlockedWithoutGrant,
 			Message: "staged " + short(img) + " is unlocked without a reboot grant; any reboot will apply it"}
 	}
@@ -370,6 +396,23 @@ func staged(o Observation) Action {
 // stageOrWait is rule 5.
 func stageOrWait(o Observation) Action {
 	img := o.Desired.Image
+	if o.InFlight == nil {
+		switch b := o.Bootc; {
+		case !b.Known:
+			why := b.Problem
+			if why == "" {
+				why = "not asked yet"
+			}
+			return Action{Kind: RereadLater, Phase: fleetv1.PhaseWaiting, Reason: ReasonProbingBootc,
+				Message: "learning what the installed bootc supports before staging " + short(img) + " (" + why + ")"}
+		case !b.CanStage:
+			why := b.Problem
+			if why == "" {
+				why = "bootc " + b.Version + " cannot stage an image without applying it"
+			}
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonBootcUnsupported, Message: why + "; nothing is run"}
+		}
+	}
 	f := o.LastStageFailure
 	if f != nil && f.Image != img {
 		f = nil

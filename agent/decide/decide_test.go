@@ -48,6 +48,7 @@ func base() Observation {
 		Boot:           idA(),
 		RebootTimeout:  15 * time.Minute,
 		SettleDeadline: t0.Add(-time.Second),
+		Bootc:          BootcSupport{Known: true, Version: "1.16.9", CanStage: true, SoftReboot: true},
 	}
 }
 
@@ -442,6 +443,38 @@ func TestDecide(t *testing.T) {
 			o.LastStageFailure = &StageFailure{Image: imgV1, Grant: stageGrant(imgV1).ID, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0}
 			return o
 		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		{"rule 5: with a grant, a bootc not probed yet is probed before staging", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stageGrant(imgV2)}
+			o.Bootc = BootcSupport{Problem: "bootc probe failed: exit status 1"}
+			return o
+		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: ReasonProbingBootc}},
+		{"rule 5: a bootc that cannot stage locked makes the node Degraded and runs nothing", func() Observation {
+			o := base()
+			o.Grants = []HeldGrant{stageGrant(imgV2)}
+			o.Bootc = BootcSupport{Known: true, Version: "1.11.0", Problem: "bootc 1.11.0 has no `upgrade --download-only`"}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseDegraded, reason: fleetv1.ReasonBootcUnsupported}},
+		{"rule 4: an unlocked staged desired image under a stage grant is locked (a stage cut between switch and lock)", func() Observation {
+			o := base()
+			o.Status.Staged = &Deployment{Image: imgV2}
+			o.Grants = []HeldGrant{stageGrant(imgV2)}
+			return o
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonLocking, image: imgV2}},
+		{"rule 4: an unlocked staged desired image without any grant is reported, not locked", func() Observation {
+			o := base()
+			o.Status.Staged = &Deployment{Image: imgV2}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseDegraded, reason: fleetv1.ReasonUnlockedWithoutGrant}},
+		{"rule 4: a bootc without --soft-reboot reboots fully under AllowSoftReboot", func() Observation {
+			o := base()
+			o.Policy = fleetv1.RebootPolicyAllowSoftReboot
+			o.SoftRebootSupported = true
+			o.Bootc.SoftReboot = false
+			o.Status.Staged = &Deployment{Image: imgV2, DownloadOnly: true, SoftRebootCapable: true}
+			o.Grants = []HeldGrant{rebootGrant(imgV2)}
+			return o
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
 		{"rule 5: a stage grant without an accepted heartbeat is not used yet", func() Observation {
 			o := base()
 			g := stageGrant(imgV2)

@@ -46,6 +46,8 @@ func genObservation(t *rapid.T) Observation {
 		RebootIssued:        rapid.Bool().Draw(t, "rebootIssued"),
 		SettleDeadline:      t0.Add(time.Duration(rapid.IntRange(-600, 600).Draw(t, "settle")) * time.Second),
 		RebootTimeout:       time.Duration(rapid.IntRange(1, 1200).Draw(t, "rebootTimeout")) * time.Second,
+		Bootc: BootcSupport{Known: rapid.IntRange(0, 9).Draw(t, "bootc.unknown") != 0, CanStage: rapid.IntRange(0, 9).Draw(t, "bootc.cannotStage") != 0,
+			SoftReboot: rapid.Bool().Draw(t, "bootc.softReboot"), Version: "1.16.9"},
 	}
 	switch rapid.IntRange(0, 9).Draw(t, "desiredKind") {
 	case 0:
@@ -187,6 +189,12 @@ func TestDecideNeverActsWithoutGrantOrOnStaleStatus(t *testing.T) {
 		}
 		if disruptive && o.Record.Unreadable != "" {
 			t.Fatalf("%s with an unreadable record", a.Kind)
+		}
+		if a.Kind == Stage && !(o.Bootc.Known && o.Bootc.CanStage) {
+			t.Fatalf("staged on a bootc that cannot stage locked (%+v): %s", o.Bootc, a)
+		}
+		if a.Kind == ApplyAndReboot && a.Soft && !o.Bootc.SoftReboot && o.Record.Boot != o.Boot {
+			t.Fatalf("soft reboot on a bootc without --soft-reboot: %s", a)
 		}
 		if (a.Kind == Stage || a.Kind == ApplyAndReboot) && o.Record.Present && o.Record.Boot != o.Boot {
 			t.Fatalf("%s with a record from boot %s in boot %s", a.Kind, o.Record.Boot, o.Boot)

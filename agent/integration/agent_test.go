@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -242,19 +243,25 @@ func (n *node) until(what string, ok func() bool) {
 	}
 }
 
-// switches counts `switch` invocations of the test bootc.
+// switches counts the stages the agent ran on the test bootc (bootc 1.16:
+// `switch <image>` followed by `upgrade --download-only`), and fails on any
+// other switch command line.
 func (n *node) switches() int {
 	inv, err := n.dir.Invocations()
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	c := 0
-	for _, i := range inv {
-		if len(i.Args) > 0 && i.Args[0] == "switch" {
-			c++
-			if len(i.Args) != 3 || i.Args[1] != "--download-only" {
-				n.t.Fatalf("switch invoked as %q", i.Args)
-			}
+	for k, i := range inv {
+		if len(i.Args) == 0 || i.Args[0] != "switch" || len(i.Args) == 2 && i.Args[1] == "--help" {
+			continue
+		}
+		c++
+		if len(i.Args) != 2 || strings.HasPrefix(i.Args[1], "-") {
+			n.t.Fatalf("switch invoked as %q", i.Args)
+		}
+		if k+1 < len(inv) && !reflect.DeepEqual(inv[k+1].Args, []string{"upgrade", "--download-only"}) && inv[k+1].Args[0] != "status" {
+			n.t.Fatalf("switch %q followed by %q, not the lock step", i.Args, inv[k+1].Args)
 		}
 	}
 	return c

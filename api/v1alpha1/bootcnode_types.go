@@ -68,6 +68,9 @@ const (
 	// ReasonGrantedInAnotherBoot: a grant the agent lists as released because
 	// it was issued in another boot (void in this one).
 	ReasonGrantedInAnotherBoot = "GrantedInAnotherBoot"
+	// ReasonBootcUnsupported: the installed bootc cannot stage an image
+	// without applying it; the message names the version found.
+	ReasonBootcUnsupported = "BootcUnsupported"
 )
 
 // ConditionAPIAccess is a BootcNode condition the agent keeps: False while

@@ -220,8 +220,9 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 	if opts.Behaviour != nil {
 		b = opts.Behaviour(i)
 	}
+	m.Configure(func(k *testbootc.Knobs) { k.Generation = b.Generation })
 	n := &SimNode{
-		Name: nodeName, Pool: p.Name, Machine: m,
+		Name: nodeName, Pool: p.Name, Machine: m, bootc: testbootc.NewMem(m),
 		Kubelet:   &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{"bootc.dev/pool": p.Name}},
 		behaviour: b, log: f.Log, rest: cfg, stateDir: stateDir,
 		logger: f.logger.With("node", nodeName),

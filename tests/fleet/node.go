@@ -32,6 +32,9 @@ type NodeBehaviour struct {
 	// CrashBeforeReboot: the agent dies this many times after recording a
 	// reboot and before the reboot is issued (then it is restarted).
 	CrashBeforeReboot int
+	// Generation is the bootc release line the machine runs (default:
+	// testbootc.Gen1_16); read when the node is made.
+	Generation testbootc.Generation
 	// ClockSkews, when set, put the machine's wall clock off by
 	// ClockSkews[k % len] in its k-th boot (0 = the first), as a host whose
 	// clock is wrong until NTP fixes it, differently after each reboot.
@@ -46,6 +49,9 @@ type SimNode struct {
 	Pool    string
 	Machine *testbootc.Machine
 	Kubelet *Kubelet
+	// bootc is the machine's bootc command line (its sysroot lock
+	// outlives agent restarts, as a host's does).
+	bootc *testbootc.Mem
 
 	behaviour NodeBehaviour
 	log       *Log
@@ -124,7 +130,7 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 	done := make(chan struct{})
 	n.cancel, n.done = cancel, done
 	deps := agent.Deps{
-		Bootc:   memBootc{n},
+		Bootc:   newMemBootc(n),
 		Host:    memHost{n, ctx},
 		Records: record.Store{Dir: n.stateDir},
 		Log:     n.logger,
@@ -226,35 +232,44 @@ func (n *SimNode) Reboot(ctx context.Context, planned bool) {
 	}()
 }
 
-// memBootc is bootc over the simulated machine, logging what the agent does.
-type memBootc struct{ n *SimNode }
-
-func (b memBootc) Status(ctx context.Context) (bootc.Status, error) {
-	if err := b.n.Machine.StatusError(); err != nil {
-		return bootc.Status{}, err
-	}
-	doc, boot := b.n.Machine.StatusFrom()
-	b.n.mu.Lock()
-	b.n.lastContent = boot
-	b.n.mu.Unlock()
-	return bootc.Parse(doc)
+// memBootc is the agent's real bootc CLI over the simulated machine's
+// command line (testbootc.Mem): the same sequences, parsing, messages and
+// sysroot lock a host's bootc has. It logs what the agent does.
+type memBootc struct {
+	n   *SimNode
+	cli *bootc.CLI
 }
 
-func (b memBootc) Switch(ctx context.Context, img imageref.Pinned) error {
+func newMemBootc(n *SimNode) memBootc {
+	return memBootc{n: n, cli: &bootc.CLI{Runner: n.bootc}}
+}
+
+func (b memBootc) Status(ctx context.Context) (bootc.Status, error) {
+	st, err := b.cli.Status(ctx)
+	if err == nil {
+		// Which boot the document described (a stale window shows an
+		// earlier one), for the invariant checker.
+		boot := b.n.Machine.LastStatusBoot()
+		b.n.mu.Lock()
+		b.n.lastContent = boot
+		b.n.mu.Unlock()
+	}
+	return st, err
+}
+
+func (b memBootc) Probe(ctx context.Context) (bootc.Capabilities, error) { return b.cli.Probe(ctx) }
+
+func (b memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities) error {
 	b.n.log.Add(b.n.event(invariant.StageStart, img.String()))
 	b.n.setStaging(true)
 	defer func() {
 		b.n.setStaging(false)
 		b.n.log.Add(invariant.Event{Kind: invariant.StageEnd, Node: b.n.Name, Pool: b.n.Pool, Image: img.String()})
 	}()
-	if d := b.n.behave().StageTime; d > 0 {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", bootc.ErrCanceled, ctx.Err())
-		case <-time.After(d):
-		}
-	}
-	return b.n.Machine.Switch(img.String())
+	// The pull takes StageTime, holding the sysroot lock as bootc does.
+	d := b.n.behave().StageTime
+	b.n.Machine.Configure(func(k *testbootc.Knobs) { k.SwitchDelay = testbootc.Duration(d) })
+	return b.cli.Stage(ctx, img, caps)
 }
 
 func (b memBootc) ApplyStaged(ctx context.Context) error {
@@ -264,7 +279,7 @@ func (b memBootc) ApplyStaged(ctx context.Context) error {
 		img = st.Staged.Image
 	}
 	b.n.log.Add(b.n.event(invariant.Apply, img))
-	return b.n.Machine.Apply()
+	return b.cli.ApplyStaged(ctx)
 }
 
 // memHost is the machine's boot identity and logind.

@@ -1,6 +1,7 @@
 package testbootc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,34 +15,48 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Exit codes as bootc (clap) uses them.
+// Exit codes as bootc uses them.
 const (
 	exitOK    = 0
-	exitError = 1 // the command ran and failed
-	exitUsage = 2 // the command line was wrong
+	exitError = 1 // the command ran and failed (bootc-utils run_main)
+	exitUsage = 2 // clap refused the command line
 )
 
-const usage = `Usage: bootc <COMMAND>
+const usage = `Deploy and transactionally in-place with bootable container images
 
-Commands (simulated):
-  status    Display status (--format=json|yaml, --json)
-  switch    Target a new container image reference (--download-only <TARGET>)
-  upgrade   Apply a downloaded update (--from-downloaded)
+Usage: bootc <COMMAND>
 
-Simulation only:
+Commands:
+  upgrade   Download and queue an updated container image to apply
+  switch    Target a new container image reference to boot
+  status    Display status
+
+Simulation only (test-bootc):
   sim-init --booted <REF>                     Start a fresh state booted on REF
   sim-reboot [--stale=DUR|--stale-until-settle]
   sim-soft-reboot [--stale=DUR|--stale-until-settle]
   settle                                      End a stale status window
 
-For more information, try '--help'.
+Options:
+  -h, --help     Print help
+  -V, --version  Print version
 `
 
 var simulationOnly = map[string]bool{"sim-init": true, "sim-reboot": true, "sim-soft-reboot": true, "settle": true}
 
-// Main runs the test-bootc command line with args (argv without argv[0])
+// Store is where Exec finds the machine: a state directory (Dir, for the
+// executable) or memory (Mem, for in-process harnesses).
+type Store interface {
+	// Update runs fn on the machine and keeps what it did.
+	Update(fn func(*Machine) error) error
+	// LockSysroot takes ostree's sysroot lock, waiting for it (as
+	// ostree_sysroot_lock does) until ctx ends.
+	LockSysroot(ctx context.Context) (unlock func(), err error)
+}
+
+// Main runs the test-bootc executable with args (argv without argv[0])
 // against the state directory named by $BOOTC_TEST_STATE, and returns the
-// exit code.
+// exit code. SIGTERM or SIGINT ends a pull in progress.
 func Main(args []string, stdout, stderr io.Writer) int {
 	dir := os.Getenv(EnvState)
 	if dir == "" {
@@ -57,6 +72,21 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return exitError
 		}
 	}
+	if len(args) > 0 && args[0] == "sim-init" {
+		return simInit(d, args[1:], stderr)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return Exec(ctx, d, args, stdout, stderr)
+}
+
+// Exec runs bootc's command line over st. Ending ctx is the signal that
+// ends a pull in progress.
+func Exec(ctx context.Context, st Store, args []string, stdout, stderr io.Writer) int {
+	gen, err := generationOf(st)
+	if err != nil {
+		return result(stderr, err)
+	}
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "error: 'bootc' requires a subcommand but one was not provided\n\n%s", usage)
 		return exitUsage
@@ -66,31 +96,49 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	case "-V", "--version":
+		// clap's `version` attribute (crates/lib/src/cli.rs, Opt).
+		fmt.Fprintf(stdout, "bootc %s\n", gen.version)
+		return exitOK
 	case "status":
-		return status(d, rest, stdout, stderr)
+		return status(ctx, st, rest, stdout, stderr)
 	case "switch":
-		return switchCmd(d, rest, stdout, stderr)
+		return switchCmd(ctx, st, gen, rest, stdout, stderr)
 	case "upgrade":
-		return upgrade(d, rest, stdout, stderr)
-	case "sim-init":
-		return simInit(d, rest, stderr)
+		return upgrade(ctx, st, gen, rest, stdout, stderr)
 	case "sim-reboot", "sim-soft-reboot":
-		return simReboot(d, cmd == "sim-soft-reboot", rest, stdout, stderr)
+		return simReboot(st, cmd == "sim-soft-reboot", rest, stdout, stderr)
 	case "settle":
 		if len(rest) > 0 {
-			return unexpected(stderr, "settle", rest[0])
+			return usageFail(stderr, unexpectedArg(rest[0], "bootc settle"))
 		}
-		return result(stderr, d.Update(func(m *Machine) error { m.Settle(); return nil }))
+		return result(stderr, st.Update(func(m *Machine) error { m.Settle(); return nil }))
 	}
 	fmt.Fprintf(stderr, "error: unrecognized subcommand '%s'\n\n%s", cmd, usage)
 	return exitUsage
 }
 
-func unexpected(stderr io.Writer, cmd, arg string) int {
-	fmt.Fprintf(stderr, "error: unexpected argument '%s' found\n\nUsage: bootc %s [OPTIONS]\n\nFor more information, try '--help'.\n", arg, cmd)
+func generationOf(st Store) (generationSpec, error) {
+	var g Generation
+	if err := st.Update(func(m *Machine) error { g = m.State().Knobs.Generation; return nil }); err != nil {
+		return generationSpec{}, err
+	}
+	return g.spec()
+}
+
+func knobsOf(st Store) (Knobs, error) {
+	var k Knobs
+	err := st.Update(func(m *Machine) error { k = m.State().Knobs; return nil })
+	return k, err
+}
+
+func usageFail(stderr io.Writer, e *usageError) int {
+	io.WriteString(stderr, e.msg)
 	return exitUsage
 }
 
+// result prints err as bootc's run_main does ("error: <context>: <cause>")
+// and returns its exit code.
 func result(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
@@ -103,11 +151,19 @@ func result(stderr io.Writer, err error) int {
 		}
 		return fe.Failure.ExitCode
 	}
+	if errors.Is(err, context.Canceled) {
+		// bootc has no SIGTERM handler: it dies of the signal.
+		return 128 + int(syscall.SIGTERM)
+	}
 	fmt.Fprintf(stderr, "error: %v\n", err)
 	return exitError
 }
 
-func status(d Dir, args []string, stdout, stderr io.Writer) int {
+// status is `bootc status`. It opens the booted storage, which takes the
+// sysroot lock and waits while another bootc holds it for a pull
+// (crates/lib/src/status.rs: BootedStorage::new; store/mod.rs:
+// SysrootLock::new_from_sysroot; ostree-ext sysroot.rs; bootc issue #585).
+func status(ctx context.Context, st Store, args []string, stdout, stderr io.Writer) int {
 	format := "yaml" // bootc prints YAML when stdout is not a terminal
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -121,15 +177,20 @@ func status(d Dir, args []string, stdout, stderr io.Writer) int {
 			format = strings.TrimPrefix(a, "--format=")
 		case a == "--format-version=0" || a == "--format-version=1":
 		default:
-			return unexpected(stderr, "status", a)
+			return usageFail(stderr, unexpectedArg(a, "bootc status [OPTIONS]"))
 		}
 	}
 	if format != "json" && format != "yaml" {
-		fmt.Fprintf(stderr, "error: invalid value '%s' for '--format <FORMAT>'\n  [possible values: humanreadable, yaml, json]\n", format)
+		fmt.Fprintf(stderr, "error: invalid value '%s' for '--format <FORMAT>'\n  [possible values: humanreadable, yaml, json]\n\nFor more information, try '--help'.\n", format)
 		return exitUsage
 	}
+	unlock, err := st.LockSysroot(ctx)
+	if err != nil {
+		return result(stderr, err)
+	}
+	defer unlock()
 	var doc []byte
-	err := d.Update(func(m *Machine) error {
+	err = st.Update(func(m *Machine) error {
 		if err := m.StatusError(); err != nil {
 			return err
 		}
@@ -152,50 +213,161 @@ func status(d Dir, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func switchCmd(d Dir, args []string, stdout, stderr io.Writer) int {
-	var target string
-	downloadOnly := false
-	for _, a := range args {
-		switch {
-		case a == "--download-only":
-			downloadOnly = true
-		case a == "--quiet":
-		case strings.HasPrefix(a, "-"):
-			return unexpected(stderr, "switch", a)
-		case target != "":
-			return unexpected(stderr, "switch", a)
-		default:
-			target = a
-		}
+const switchUsage = "bootc switch [OPTIONS] <TARGET>"
+
+// switchCmd is `bootc switch` (crates/lib/src/cli.rs: SwitchOpts, switch,
+// switch_ostree): take the sysroot lock, compare specs, pull, stage. Without
+// --download-only (which only GenSwitchDownloadOnly has) the staged
+// deployment is unlocked: the next shutdown applies it.
+func switchCmd(ctx context.Context, st Store, gen generationSpec, args []string, stdout, stderr io.Writer) int {
+	f, uerr := gen.parseFlags("switch", switchUsage, args)
+	if uerr != nil {
+		return usageFail(stderr, uerr)
 	}
-	if target == "" {
-		fmt.Fprint(stderr, "error: the following required arguments were not provided:\n  <TARGET>\n\nUsage: bootc switch <TARGET>\n\nFor more information, try '--help'.\n")
+	if f.set["--help"] {
+		fmt.Fprint(stdout, gen.help("switch", "Target a new container image reference to boot", switchUsage))
+		return exitOK
+	}
+	if len(f.positional) == 0 {
+		fmt.Fprintf(stderr, "error: the following required arguments were not provided:\n  <TARGET>\n\nUsage: %s\n\nFor more information, try '--help'.\n", switchUsage)
 		return exitUsage
 	}
-	if !downloadOnly {
-		fmt.Fprint(stderr, "error: test-bootc: only switch --download-only is simulated\n")
+	if len(f.positional) > 1 {
+		return usageFail(stderr, unexpectedArg(f.positional[1], switchUsage))
+	}
+	target := f.positional[0]
+	switch {
+	case f.set["--mutate-in-place"]:
+		// switch_origin_inplace (crates/lib/src/deploy.rs) writes the origin
+		// of the newest deployment under /sysroot without the private mount
+		// namespace get_storage sets up; on a booted host /sysroot is
+		// mounted read-only.
+		fmt.Fprint(stderr, "error: Switching: Writing origin: Read-only file system (os error 30)\n")
+		return exitError
+	case f.set["--apply"]:
+		fmt.Fprint(stderr, "error: test-bootc: --apply is not simulated (reboot through logind)\n")
 		return exitError
 	}
+	locked := f.set["--download-only"]
+	unlock, err := st.LockSysroot(ctx)
+	if err != nil {
+		return result(stderr, err)
+	}
+	defer unlock()
 	p, err := ParseSwitchRef(target)
 	if err != nil {
 		return result(stderr, err)
 	}
-	m, err := d.Machine()
+	var unchanged bool
+	if err := st.Update(func(m *Machine) error { unchanged = m.Spec() == p.String(); return nil }); err != nil {
+		return result(stderr, err)
+	}
+	if unchanged {
+		fmt.Fprintln(stdout, MsgSpecUnchanged)
+		return exitOK
+	}
+	if code, done := pull(ctx, st, stderr); done {
+		return code
+	}
+	var changed bool
+	if err := st.Update(func(m *Machine) error { changed, err = m.SwitchTo(p.String(), locked); return err }); err != nil {
+		return result(stderr, fmt.Errorf("Switching (ostree): %w", err))
+	}
+	if !changed { // the spec changed under us: another switch won the lock first
+		fmt.Fprintln(stdout, MsgSpecUnchanged)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "Queued for next boot: %s\n", p)
+	if locked {
+		fmt.Fprintln(stdout, msgSwitchDownloadOnly)
+	}
+	return exitOK
+}
+
+const upgradeUsage = "bootc upgrade [OPTIONS]"
+
+// upgrade is `bootc upgrade` (crates/lib/src/cli.rs: UpgradeOpts, upgrade).
+func upgrade(ctx context.Context, st Store, gen generationSpec, args []string, stdout, stderr io.Writer) int {
+	f, uerr := gen.parseFlags("upgrade", upgradeUsage, args)
+	if uerr != nil {
+		return usageFail(stderr, uerr)
+	}
+	if f.set["--help"] {
+		fmt.Fprint(stdout, gen.help("upgrade", "Download and queue an updated container image to apply", upgradeUsage))
+		return exitOK
+	}
+	if len(f.positional) > 0 {
+		return usageFail(stderr, unexpectedArg(f.positional[0], upgradeUsage))
+	}
+	for _, c := range [][2]string{{"--download-only", "--from-downloaded"}, {"--download-only", "--apply"}, {"--from-downloaded", "--check"}, {"--download-only", "--check"}} {
+		if f.set[c[0]] && f.set[c[1]] {
+			fmt.Fprintf(stderr, "error: the argument '%s' cannot be used with '%s'\n\nUsage: %s\n\nFor more information, try '--help'.\n", c[0], c[1], upgradeUsage)
+			return exitUsage
+		}
+	}
+	if f.set["--apply"] || f.set["--check"] || !f.set["--download-only"] && !f.set["--from-downloaded"] {
+		fmt.Fprint(stderr, "error: test-bootc: only upgrade --download-only and --from-downloaded are simulated\n")
+		return exitError
+	}
+	unlock, err := st.LockSysroot(ctx)
 	if err != nil {
 		return result(stderr, err)
 	}
-	k := m.State().Knobs
-	if k.SwitchHang {
-		return hang(d, k.HangIgnoreTERM, stderr)
+	defer unlock()
+	var line string
+	if f.set["--from-downloaded"] {
+		err = st.Update(func(m *Machine) error { line, err = m.ApplyStaged(); return err })
+	} else {
+		var fetch bool
+		if err := st.Update(func(m *Machine) error { fetch = m.needsFetch(); return nil }); err != nil {
+			return result(stderr, err)
+		}
+		if fetch {
+			if code, done := pull(ctx, st, stderr); done {
+				return code
+			}
+		}
+		err = st.Update(func(m *Machine) error { line, err = m.UpgradeDownloadOnly(); return err })
 	}
-	if k.SwitchDelay > 0 {
-		time.Sleep(time.Duration(k.SwitchDelay))
+	if err != nil {
+		var fe *FailureError
+		if errors.As(err, &fe) {
+			return result(stderr, err)
+		}
+		return result(stderr, fmt.Errorf("Upgrading: %w", err))
 	}
-	if err := d.Update(func(m *Machine) error { return m.Switch(p.String()) }); err != nil {
-		return result(stderr, err)
+	if line != "" {
+		fmt.Fprintln(stdout, line)
 	}
-	fmt.Fprintf(stdout, "Fetched %s\nImage downloaded; it will not be applied on reboot until `bootc upgrade --from-downloaded`.\n", p)
 	return exitOK
+}
+
+// pull plays the image download: it waits SwitchDelay (or forever with
+// SwitchHang) while the caller holds the sysroot lock. done reports that the
+// command ends here with code (cancelled or hung).
+func pull(ctx context.Context, st Store, stderr io.Writer) (code int, done bool) {
+	k, err := knobsOf(st)
+	if err != nil {
+		return result(stderr, err), true
+	}
+	if k.SwitchHang {
+		if d, ok := st.(Dir); ok {
+			return hang(d, k.HangIgnoreTERM, stderr), true
+		}
+		<-ctx.Done()
+		return result(stderr, ctx.Err()), true
+	}
+	if k.SwitchDelay <= 0 {
+		return 0, false
+	}
+	t := time.NewTimer(time.Duration(k.SwitchDelay))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return result(stderr, ctx.Err()), true
+	case <-t.C:
+		return 0, false
+	}
 }
 
 // hang plays a pull that never ends: it starts a child in its own process
@@ -224,28 +396,6 @@ func hang(d Dir, ignoreTERM bool, stderr io.Writer) int {
 	return exitError
 }
 
-func upgrade(d Dir, args []string, stdout, stderr io.Writer) int {
-	fromDownloaded := false
-	for _, a := range args {
-		switch a {
-		case "--from-downloaded":
-			fromDownloaded = true
-		case "--quiet":
-		default:
-			return unexpected(stderr, "upgrade", a)
-		}
-	}
-	if !fromDownloaded {
-		fmt.Fprint(stderr, "error: test-bootc: upgrade without --from-downloaded needs a registry\n")
-		return exitError
-	}
-	if err := d.Update(func(m *Machine) error { return m.Apply() }); err != nil {
-		return result(stderr, err)
-	}
-	fmt.Fprint(stdout, "Staged update will be applied on the next reboot.\n")
-	return exitOK
-}
-
 func simInit(d Dir, args []string, stderr io.Writer) int {
 	if len(args) != 2 || args[0] != "--booted" {
 		fmt.Fprint(stderr, "error: usage: sim-init --booted <REPO@sha256:...>\n")
@@ -259,7 +409,7 @@ func simInit(d Dir, args []string, stderr io.Writer) int {
 	return result(stderr, err)
 }
 
-func simReboot(d Dir, soft bool, args []string, stdout, stderr io.Writer) int {
+func simReboot(st Store, soft bool, args []string, stdout, stderr io.Writer) int {
 	var opts RebootOptions
 	for _, a := range args {
 		switch {
@@ -273,10 +423,10 @@ func simReboot(d Dir, soft bool, args []string, stdout, stderr io.Writer) int {
 			}
 			opts.StaleFor = v
 		default:
-			return unexpected(stderr, "sim-reboot", a)
+			return usageFail(stderr, unexpectedArg(a, "bootc sim-reboot"))
 		}
 	}
-	err := d.Update(func(m *Machine) error {
+	err := st.Update(func(m *Machine) error {
 		if soft {
 			fmt.Fprintln(stdout, m.SoftReboot(opts))
 		} else {

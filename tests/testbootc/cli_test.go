@@ -2,13 +2,18 @@ package testbootc
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
@@ -20,9 +25,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func initDir(t *testing.T) Dir {
+func initDir(t *testing.T) Dir { return initDirGen(t, "") }
+
+func initDirGen(t *testing.T, gen Generation) Dir {
 	t.Helper()
-	d, err := Init(t.TempDir(), booted(t, refA).State())
+	st := booted(t, refA).State()
+	st.Knobs.Generation = gen
+	d, err := Init(t.TempDir(), st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,36 +66,50 @@ func self(t *testing.T, d Dir, args ...string) run {
 }
 
 func TestExecutableCommandLine(t *testing.T) {
+	const g16, gSw = Gen1_16, GenSwitchDownloadOnly
 	tests := []struct {
 		name       string
+		gen        Generation
 		args       []string
 		code       int
 		stdoutHas  string
 		stderrHas  string
 		wantStaged string
+		wantLocked bool
 	}{
-		{"status --format=json", []string{"status", "--format=json"}, 0, `"apiVersion":"org.containers.bootc/v1"`, "", ""},
-		{"status --format json", []string{"status", "--format", "json"}, 0, `"kind":"BootcHost"`, "", ""},
-		{"status --json", []string{"status", "--json"}, 0, `"imageDigest":"` + dA + `"`, "", ""},
-		{"status defaults to YAML", []string{"status"}, 0, "kind: BootcHost", "", ""},
-		{"status bad format", []string{"status", "--format=xml"}, 2, "", "invalid value 'xml'", ""},
-		{"status unknown flag", []string{"status", "--verbose-json"}, 2, "", "unexpected argument '--verbose-json'", ""},
-		{"no command", nil, 2, "", "requires a subcommand", ""},
-		{"unknown command", []string{"rollback"}, 2, "", "unrecognized subcommand 'rollback'", ""},
-		{"switch without target", []string{"switch", "--download-only"}, 2, "", "<TARGET>", ""},
-		{"switch two targets", []string{"switch", "--download-only", refB, refC}, 2, "", "unexpected argument", ""},
-		{"switch unknown flag", []string{"switch", "--apply", refB}, 2, "", "unexpected argument '--apply'", ""},
-		{"switch without --download-only", []string{"switch", refB}, 1, "", "only switch --download-only", ""},
-		{"switch tag ref", []string{"switch", "--download-only", "quay.io/example/os:latest"}, 1, "", "test-bootc: tag refs need a registry", ""},
-		{"switch invalid ref", []string{"switch", "--download-only", "quay.io/x;reboot"}, 1, "", "invalid image reference", ""},
-		{"switch stages", []string{"switch", "--download-only", refB}, 0, refB, "", dB},
-		{"upgrade without --from-downloaded", []string{"upgrade"}, 1, "", "needs a registry", ""},
-		{"upgrade with nothing staged", []string{"upgrade", "--from-downloaded"}, 1, "", "No staged deployment", ""},
-		{"upgrade unknown flag", []string{"upgrade", "--from-downloaded", "--apply"}, 2, "", "unexpected argument '--apply'", ""},
+		{"status --format=json", g16, []string{"status", "--format=json"}, 0, `"apiVersion":"org.containers.bootc/v1"`, "", "", false},
+		{"status --format json", g16, []string{"status", "--format", "json"}, 0, `"kind":"BootcHost"`, "", "", false},
+		{"status --json", g16, []string{"status", "--json"}, 0, `"imageDigest":"` + dA + `"`, "", "", false},
+		{"status defaults to YAML", g16, []string{"status"}, 0, "kind: BootcHost", "", "", false},
+		{"status bad format", g16, []string{"status", "--format=xml"}, 2, "", "invalid value 'xml'", "", false},
+		{"status unknown flag", g16, []string{"status", "--verbose-json"}, 2, "", "unexpected argument '--verbose-json'", "", false},
+		{"no command", g16, nil, 2, "", "requires a subcommand", "", false},
+		{"unknown command", g16, []string{"rollback"}, 2, "", "unrecognized subcommand 'rollback'", "", false},
+		{"version 1.16", g16, []string{"--version"}, 0, "bootc 1.16.9\n", "", "", false},
+		{"version 1.11", Gen1_11, []string{"--version"}, 0, "bootc 1.11.0\n", "", "", false},
+		{"switch help 1.16 lacks --download-only", g16, []string{"switch", "--help"}, 0, "--enforce-container-sigpolicy", "", "", false},
+		{"upgrade help 1.16 has --download-only", g16, []string{"upgrade", "--help"}, 0, "--from-downloaded", "", "", false},
+		{"switch --download-only on 1.16 is clap's exit 2", g16, []string{"switch", "--download-only", refB}, 2, "", "unexpected argument '--download-only' found", "", false},
+		{"upgrade --download-only on 1.11 is clap's exit 2", Gen1_11, []string{"upgrade", "--download-only"}, 2, "", "unexpected argument '--download-only' found", "", false},
+		{"switch without target", g16, []string{"switch"}, 2, "", "<TARGET>", "", false},
+		{"switch two targets", gSw, []string{"switch", "--download-only", refB, refC}, 2, "", "unexpected argument", "", false},
+		{"switch unknown flag", g16, []string{"switch", "--bogus", refB}, 2, "", "unexpected argument '--bogus'", "", false},
+		{"switch --mutate-in-place fails on a booted host", g16, []string{"switch", "--mutate-in-place", refB}, 1, "", "Read-only file system", "", false},
+		{"switch stages unlocked", g16, []string{"switch", refB}, 0, "Queued for next boot: " + refB, "", dB, false},
+		{"switch to the booted image is unchanged", g16, []string{"switch", refA}, 0, MsgSpecUnchanged, "", "", false},
+		{"switch tag ref", gSw, []string{"switch", "--download-only", "quay.io/example/os:latest"}, 1, "", "test-bootc: tag refs need a registry", "", false},
+		{"switch invalid ref", gSw, []string{"switch", "--download-only", "quay.io/x;reboot"}, 1, "", "invalid image reference", "", false},
+		{"switch --download-only stages locked", gSw, []string{"switch", "--download-only", refB}, 0, refB, "", dB, true},
+		{"plain upgrade is not simulated", g16, []string{"upgrade"}, 1, "", "are simulated", "", false},
+		{"upgrade with nothing staged", g16, []string{"upgrade", "--from-downloaded"}, 1, "", "error: Upgrading: No staged deployment found", "", false},
+		{"upgrade --download-only with the booted image tracked", g16, []string{"upgrade", "--download-only"}, 0, MsgNoUpdate, "", "", false},
+		{"upgrade flags conflict", g16, []string{"upgrade", "--from-downloaded", "--download-only"}, 2, "", "cannot be used with", "", false},
+		{"upgrade bad --soft-reboot", g16, []string{"upgrade", "--from-downloaded", "--soft-reboot=always"}, 2, "", "invalid value 'always'", "", false},
+		{"upgrade unknown flag", g16, []string{"upgrade", "--from-downloaded", "--bogus"}, 2, "", "unexpected argument '--bogus'", "", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := initDir(t)
+			d := initDirGen(t, tc.gen)
 			r := self(t, d, tc.args...)
 			if r.code != tc.code || !strings.Contains(r.stdout, tc.stdoutHas) || !strings.Contains(r.stderr, tc.stderrHas) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
@@ -96,8 +119,8 @@ func TestExecutableCommandLine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := parse(t, m).staged; got != tc.wantStaged {
-				t.Errorf("staged %q, want %q", got, tc.wantStaged)
+			if got := parse(t, m); got.staged != tc.wantStaged || got.stagedLocked != tc.wantLocked {
+				t.Errorf("staged %q (locked %v), want %q (locked %v)", got.staged, got.stagedLocked, tc.wantStaged, tc.wantLocked)
 			}
 			invs, err := d.Invocations()
 			if err != nil {
@@ -111,7 +134,7 @@ func TestExecutableCommandLine(t *testing.T) {
 }
 
 func TestExecutableYAMLAndJSONAgree(t *testing.T) {
-	d := initDir(t)
+	d := initDirGen(t, GenSwitchDownloadOnly)
 	if r := self(t, d, "switch", "--download-only", refB); r.code != 0 {
 		t.Fatalf("switch: %+v", r)
 	}
@@ -135,7 +158,7 @@ func TestExecutableYAMLAndJSONAgree(t *testing.T) {
 }
 
 func TestExecutableSimReboot(t *testing.T) {
-	d := initDir(t)
+	d := initDirGen(t, GenSwitchDownloadOnly)
 	m, err := d.Machine()
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +224,7 @@ func TestExecutableSimReboot(t *testing.T) {
 // Concurrent invocations serialize on the state lock: none is lost and the
 // state file is never torn.
 func TestExecutableConcurrentInvocations(t *testing.T) {
-	d := initDir(t)
+	d := initDirGen(t, GenSwitchDownloadOnly)
 	refs := []string{refB, refC}
 	const n = 12
 	var wg sync.WaitGroup
@@ -248,7 +271,7 @@ func TestBuiltExecutable(t *testing.T) {
 		t.Skip("builds cmd/test-bootc")
 	}
 	exe := Build(t)
-	d := initDir(t)
+	d := initDirGen(t, GenSwitchDownloadOnly)
 	env := []string{EnvState + "=" + string(d)}
 	if r := runExe(t, exe, env, "switch", "--download-only", refB); r.code != 0 {
 		t.Fatalf("switch: %+v", r)
@@ -271,3 +294,78 @@ func TestBuiltExecutable(t *testing.T) {
 }
 
 func yamlToJSON(y []byte) ([]byte, error) { return yaml.YAMLToJSON(y) }
+
+// bootc status waits for the sysroot lock a pull holds (bootc issue #585),
+// in memory and through the executable.
+func TestStatusWaitsForTheSysrootLock(t *testing.T) {
+	t.Run("in memory", func(t *testing.T) {
+		m := booted(t, refA)
+		m.Configure(func(k *Knobs) { k.SwitchHang = true })
+		mem := NewMem(m)
+		pullCtx, stopPull := context.WithCancel(context.Background())
+		pulled := make(chan int, 1)
+		go func() {
+			code, _ := mem.Run(pullCtx, []string{"switch", refB}, io.Discard, io.Discard)
+			pulled <- code
+		}()
+		// Wait until the switch holds the lock: a status with a short
+		// deadline then cannot get it.
+		var blocked bool
+		for i := 0; i < 500 && !blocked; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			code, _ := mem.Run(ctx, []string{"status", "--json"}, io.Discard, io.Discard)
+			cancel()
+			blocked = code != 0
+		}
+		if !blocked {
+			t.Fatal("status never waited behind the hanging switch")
+		}
+		stopPull()
+		if code := <-pulled; code == 0 {
+			t.Fatal("the cancelled switch succeeded")
+		}
+		var out bytes.Buffer
+		if code, _ := mem.Run(context.Background(), []string{"status", "--json"}, &out, io.Discard); code != 0 {
+			t.Fatalf("status after the pull ended: exit %d", code)
+		}
+		if st := m.State().Staged; st != nil {
+			t.Fatalf("a cancelled pull staged %+v", st)
+		}
+	})
+	t.Run("executable", func(t *testing.T) {
+		d := initDir(t)
+		if err := d.Configure(func(k *Knobs) { k.SwitchDelay = Duration(1500 * time.Millisecond) }); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan run, 1)
+		go func() { done <- self(t, d, "switch", refB) }()
+		// Once the switch is recorded it holds (or is about to take) the
+		// lock; a status started after it has taken the lock must show
+		// the staged image, which exists only after the pull.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if f, err := os.Open(d.Path(SysrootLockFile)); err == nil {
+				err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+				f.Close()
+				if errors.Is(err, syscall.EWOULDBLOCK) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the switch never took the sysroot lock")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		r := self(t, d, "status", "--json")
+		st, err := bootc.Parse([]byte(r.stdout))
+		if err != nil {
+			t.Fatalf("status: %v (%+v)", err, r)
+		}
+		if st.Staged == nil || st.Staged.Digest != dB {
+			t.Fatalf("status taken while the pull ran shows staged %+v: it did not wait for the lock", st.Staged)
+		}
+		if sw := <-done; sw.code != 0 {
+			t.Fatalf("switch: %+v", sw)
+		}
+	})
+}

@@ -1,7 +1,14 @@
-// Package testbootc is a faithful stand-in for bootc on a test host: an
+// Package testbootc is a strict stand-in for bootc on a test host: an
 // in-memory state machine (Machine) that prints the same BootcHost documents
-// bootc prints, plus a thin executable (cmd/test-bootc) with bootc's command
-// line over a state directory. Harnesses also use it to play reboots.
+// bootc prints, bootc's command line in the CLI generations users run (Exec),
+// and a thin executable (cmd/test-bootc) over a state directory. Harnesses
+// also use it to play reboots.
+//
+// Each behaviour follows bootc's source (bootc-dev/bootc; files named where
+// the behaviour is modelled), including the unkind parts: status waits for
+// the sysroot lock a pull holds, manifest lists are peeled, a download-only
+// staged deployment does not survive a reboot, and flags a release lacks
+// fail the way clap fails.
 package testbootc
 
 import (
@@ -49,10 +56,13 @@ type Knobs struct {
 	SoftRebootCapable bool `json:"softRebootCapable,omitempty"`
 	// Versions maps a digest to the version label of its image.
 	Versions map[string]string `json:"versions,omitempty"`
-	// DropLockedOnReboot mimics ostree keeping a download-only staged
-	// deployment's record in /run: a reboot then loses it. By default a locked
-	// staged deployment survives the reboot, still staged.
-	DropLockedOnReboot bool `json:"dropLockedOnReboot,omitempty"`
+	// Generation is the bootc release whose command line Exec follows
+	// (default Gen1_16; see generation.go).
+	Generation Generation `json:"generation,omitempty"`
+	// ManifestLists maps a manifest-list (index) digest to the digest of the
+	// manifest for this host's platform: switching to repo@<index> stages
+	// the platform manifest, as bootc does.
+	ManifestLists map[string]string `json:"manifestLists,omitempty"`
 	// APIVersion printed in documents (default org.containers.bootc/v1).
 	APIVersion string `json:"apiVersion,omitempty"`
 }
@@ -87,6 +97,20 @@ var (
 	ErrTagRef     = errors.New("test-bootc: tag refs need a registry")
 	ErrNoStaged   = errors.New("No staged deployment found")
 	ErrInvalidRef = errors.New("test-bootc: invalid image reference")
+	// ErrNoImage: upgrade with no tracked image (bootc cli.rs, upgrade).
+	ErrNoImage = errors.New("No image source specified")
+)
+
+// Messages bootc prints on stdout for the outcomes the agent meets
+// (bootc crates/lib/src/cli.rs: switch_ostree, upgrade).
+const (
+	MsgSpecUnchanged      = "Image specification is unchanged."
+	MsgNoUpdate           = "No update available."
+	MsgDownloadedLocked   = "Image downloaded, but will not be applied on reboot"
+	MsgStagedNotChanged   = "Staged update present, not changed"
+	MsgWillApply          = "Staged deployment will now be applied on reboot"
+	MsgAlreadyWillApply   = "Staged deployment is already set to apply on reboot"
+	msgSwitchDownloadOnly = "Image downloaded; it will not be applied on reboot until `bootc upgrade --from-downloaded`."
 )
 
 // FailureError is returned when a Failure knob fired.
@@ -99,6 +123,8 @@ type Machine struct {
 	mu  sync.Mutex
 	s   State
 	now func() time.Time
+	// lastBoot is the boot the last Status document described.
+	lastBoot string
 }
 
 // NewMachine returns a machine in state s. A missing boot ID is generated.
@@ -149,15 +175,16 @@ func (m *Machine) BootID() string {
 // Status returns the `bootc status --format=json` document: the frozen one
 // while a stale window is open, else the current one.
 func (m *Machine) Status() []byte {
+	doc, _ := m.StatusFrom()
+	return doc
+}
+
+// LastStatusBoot is the boot (as StatusFrom names it) the last Status or
+// StatusFrom document described.
+func (m *Machine) LastStatusBoot() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if st := m.s.Stale; st != nil {
-		if st.Until.IsZero() || m.now().Before(st.Until) {
-			return append([]byte(nil), st.Document...)
-		}
-		m.s.Stale = nil
-	}
-	return render(m.s)
+	return m.lastBoot
 }
 
 // StatusFrom is Status plus the boot the document describes: "<boot ID>/<soft
@@ -168,11 +195,13 @@ func (m *Machine) StatusFrom() (doc []byte, boot string) {
 	defer m.mu.Unlock()
 	if st := m.s.Stale; st != nil {
 		if st.Until.IsZero() || m.now().Before(st.Until) {
+			m.lastBoot = st.Boot
 			return append([]byte(nil), st.Document...), st.Boot
 		}
 		m.s.Stale = nil
 	}
-	return render(m.s), m.bootLocked()
+	m.lastBoot = m.bootLocked()
+	return render(m.s), m.lastBoot
 }
 
 // Boot is the current boot as StatusFrom names it.
@@ -193,31 +222,126 @@ func (m *Machine) StatusError() error {
 	return fire(&m.s.Knobs.StatusFailure)
 }
 
-// Switch stages ref locked (download-only), replacing any staged deployment.
-// Switching to the booted image with nothing staged changes nothing.
+// Switch is `bootc switch --download-only ref` of the generation that has
+// it: stage ref locked, replacing any staged deployment. Like every switch,
+// it changes nothing when ref is already the tracked image.
 func (m *Machine) Switch(ref string) error {
+	_, err := m.SwitchTo(ref, true)
+	return err
+}
+
+// SwitchTo is `bootc switch ref` (locked: with --download-only). bootc
+// compares the new spec with the host's (crates/lib/src/cli.rs,
+// switch_ostree): when ref is the image the host already tracks (the staged
+// deployment's, else the booted one's) it prints "Image specification is
+// unchanged." and stages nothing; changed reports whether it staged.
+// Otherwise the new staged deployment replaces any staged one (ostree
+// _ostree_sysroot_stage_deployment removes the previous staged deployment).
+func (m *Machine) SwitchTo(ref string, locked bool) (changed bool, err error) {
 	p, err := ParseSwitchRef(ref)
 	if err != nil {
-		return err
+		return false, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := fire(&m.s.Knobs.SwitchFailure); err != nil {
-		return err
+		return false, err
 	}
-	if b := m.s.Booted; b != nil && m.s.Staged == nil && b.Image == p.String() && b.Digest == p.Digest {
-		return nil
+	if m.specLocked() == p.String() {
+		return false, nil
+	}
+	m.stageLocked(p, locked)
+	return true, nil
+}
+
+// Spec is spec.image of the status document: the image the host tracks.
+func (m *Machine) Spec() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.specLocked()
+}
+
+// needsFetch: upgrade would download layers (the tracked image is neither
+// staged nor booted), so the pull takes its time.
+func (m *Machine) needsFetch() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, err := ParseSwitchRef(m.specLocked())
+	if err != nil {
+		return false
+	}
+	d := p.Digest
+	if pd, ok := m.s.Knobs.ManifestLists[d]; ok {
+		d = pd
+	}
+	return !(m.s.Staged != nil && m.s.Staged.Digest == d || m.s.Booted != nil && m.s.Booted.Digest == d)
+}
+
+// specLocked is spec.image: what the host tracks (bootc status.rs takes it
+// from the staged deployment's origin if one exists, else the booted one's).
+func (m *Machine) specLocked() string {
+	for _, d := range []*Deployment{m.s.Staged, m.s.Booted} {
+		if d != nil {
+			return d.Image
+		}
+	}
+	return ""
+}
+
+// stageLocked stages the image p names. A manifest list is peeled to this
+// host's platform manifest: bootc records the digest of the manifest it
+// imported as imageDigest and keeps the reference as given (bootc PR #1239;
+// ostree-ext container import).
+func (m *Machine) stageLocked(p imageref.Pinned, locked bool) {
+	digest := p.Digest
+	if d, ok := m.s.Knobs.ManifestLists[p.Digest]; ok {
+		digest = d
 	}
 	ts := m.now().UTC().Truncate(time.Second)
 	m.s.Staged = &Deployment{
 		Image:             p.String(),
-		Digest:            p.Digest,
-		Version:           m.s.Knobs.Versions[p.Digest],
+		Digest:            digest,
+		Version:           m.s.Knobs.Versions[digest],
 		Timestamp:         &ts,
-		DownloadOnly:      true,
+		DownloadOnly:      locked,
 		SoftRebootCapable: m.s.Knobs.SoftRebootCapable,
 	}
-	return nil
+}
+
+// UpgradeDownloadOnly is `bootc upgrade --download-only` (bootc >= 1.12,
+// crates/lib/src/cli.rs, upgrade): pull the tracked image; if it is the
+// staged one, lock that; if it is the booted one, nothing; else stage it
+// locked. It returns the line bootc prints.
+func (m *Machine) UpgradeDownloadOnly() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := fire(&m.s.Knobs.SwitchFailure); err != nil {
+		return "", err
+	}
+	spec := m.specLocked()
+	if spec == "" {
+		return "", ErrNoImage
+	}
+	p, err := ParseSwitchRef(spec)
+	if err != nil {
+		return "", err
+	}
+	fetched := p.Digest
+	if d, ok := m.s.Knobs.ManifestLists[p.Digest]; ok {
+		fetched = d
+	}
+	switch st := m.s.Staged; {
+	case st != nil && st.Digest == fetched:
+		if st.DownloadOnly {
+			return MsgStagedNotChanged, nil
+		}
+		st.DownloadOnly = true
+		return MsgDownloadedLocked, nil
+	case m.s.Booted != nil && m.s.Booted.Digest == fetched:
+		return MsgNoUpdate, nil
+	}
+	m.stageLocked(p, true)
+	return "", nil
 }
 
 // ParseSwitchRef validates a switch target like bootc would for this
@@ -235,16 +359,26 @@ func ParseSwitchRef(ref string) (imageref.Pinned, error) {
 
 // Apply unlocks the staged deployment (`bootc upgrade --from-downloaded`).
 func (m *Machine) Apply() error {
+	_, err := m.ApplyStaged()
+	return err
+}
+
+// ApplyStaged is Apply returning the line bootc prints (crates/lib/src/cli.rs,
+// upgrade with from_downloaded).
+func (m *Machine) ApplyStaged() (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := fire(&m.s.Knobs.ApplyFailure); err != nil {
-		return err
+		return "", err
 	}
 	if m.s.Staged == nil {
-		return ErrNoStaged
+		return "", ErrNoStaged
+	}
+	if !m.s.Staged.DownloadOnly {
+		return MsgAlreadyWillApply, nil
 	}
 	m.s.Staged.DownloadOnly = false
-	return nil
+	return MsgWillApply, nil
 }
 
 // RebootOptions shape a simulated reboot.
@@ -256,8 +390,12 @@ type RebootOptions struct {
 }
 
 // Reboot plays a full reboot: an unlocked staged deployment becomes booted
-// (the old booted becomes rollback); a locked one is not applied. The boot ID
-// changes. It returns the new boot ID.
+// (the old booted becomes rollback); a locked one is not finalized and, since
+// ostree keeps a staged deployment only in /run (/run/ostree/staged-deployment),
+// it is gone after the reboot (bootc docs/src/upgrades.md: "the staged
+// deployment will be discarded"; ostree-sysroot-deploy.c,
+// _ostree_sysroot_finalize_impl_staged_deployment). The boot ID changes. It
+// returns the new boot ID.
 func (m *Machine) Reboot(opts RebootOptions) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -293,7 +431,7 @@ func (m *Machine) transition(full bool) {
 	switch {
 	case st == nil:
 	case st.DownloadOnly:
-		if full && m.s.Knobs.DropLockedOnReboot {
+		if full {
 			m.s.Staged = nil
 		}
 	default:

@@ -179,14 +179,36 @@ func TestMachineReboots(t *testing.T) {
 			must(t, m.Apply())
 			m.Reboot(RebootOptions{})
 		}, wantDoc{booted: dB, rollback: dA}, true, 0},
-		{"reboot keeps a locked staged image staged", Knobs{}, func(t *testing.T, m *Machine) {
-			must(t, m.Switch(refB))
-			m.Reboot(RebootOptions{})
-		}, wantDoc{booted: dA, staged: dB, stagedLocked: true}, true, 0},
-		{"reboot drops a locked staged image when ostree keeps it in /run", Knobs{DropLockedOnReboot: true}, func(t *testing.T, m *Machine) {
+		{"reboot discards a locked staged image", Knobs{}, func(t *testing.T, m *Machine) {
 			must(t, m.Switch(refB))
 			m.Reboot(RebootOptions{})
 		}, wantDoc{booted: dA}, true, 0},
+		{"upgrade --download-only locks the image a switch staged", Knobs{}, func(t *testing.T, m *Machine) {
+			if changed, err := m.SwitchTo(refB, false); err != nil || !changed {
+				t.Fatalf("SwitchTo = %v, %v", changed, err)
+			}
+			if line, err := m.UpgradeDownloadOnly(); err != nil || line != MsgDownloadedLocked {
+				t.Fatalf("UpgradeDownloadOnly = %q, %v", line, err)
+			}
+		}, wantDoc{booted: dA, staged: dB, stagedLocked: true}, false, 0},
+		{"an unlocked switch is applied by a reboot", Knobs{}, func(t *testing.T, m *Machine) {
+			if _, err := m.SwitchTo(refB, false); err != nil {
+				t.Fatal(err)
+			}
+			m.Reboot(RebootOptions{})
+		}, wantDoc{booted: dB, rollback: dA}, true, 0},
+		{"switch to the tracked staged image changes nothing", Knobs{}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			if changed, err := m.SwitchTo(refB, false); err != nil || changed {
+				t.Fatalf("SwitchTo = %v, %v; want unchanged", changed, err)
+			}
+		}, wantDoc{booted: dA, staged: dB, stagedLocked: true}, false, 0},
+		{"a manifest list is peeled to the platform manifest", Knobs{ManifestLists: map[string]string{dB: dC}}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			if st := m.State().Staged; st.Image != refB {
+				t.Fatalf("staged image %q, want the reference as given %q", st.Image, refB)
+			}
+		}, wantDoc{booted: dA, staged: dC, stagedLocked: true}, false, 0},
 		{"reboot with nothing staged changes only the boot", Knobs{}, func(t *testing.T, m *Machine) {
 			m.Reboot(RebootOptions{})
 		}, wantDoc{booted: dA}, true, 0},

@@ -3,13 +3,16 @@ package testbootc
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -18,6 +21,7 @@ import (
 const (
 	StateFile       = "state.json"
 	LockFile        = "lock"
+	SysrootLockFile = "sysroot.lock" // ostree's sysroot lock (/sysroot/ostree/lock)
 	InvocationsFile = "invocations.jsonl"
 	HangPIDsFile    = "hang.pids"   // pids of a hanging switch and its child
 	SignalsFile     = "signals.log" // signals a hanging switch received
@@ -211,6 +215,35 @@ func (d Dir) lock() (func(), error) {
 	}, nil
 }
 
+// LockSysroot takes the sysroot lock file exclusively, polling so that ctx
+// can end the wait (ostree_sysroot_lock blocks on flock of
+// /sysroot/ostree/lock).
+func (d Dir) LockSysroot(ctx context.Context) (func(), error) {
+	f, err := os.OpenFile(d.Path(SysrootLockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("flock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func (d Dir) load() (*Machine, error) {
 	data, err := os.ReadFile(d.Path(StateFile))
 	if err != nil {
@@ -258,4 +291,46 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// Mem is a Store in memory, for harnesses that run many hosts in one
+// process: the same command line and the same sysroot lock as Dir, over one
+// Machine.
+type Mem struct {
+	M       *Machine
+	sysroot chan struct{}
+	mu      sync.Mutex
+	invs    []Invocation
+}
+
+// NewMem returns a store over m.
+func NewMem(m *Machine) *Mem { return &Mem{M: m, sysroot: make(chan struct{}, 1)} }
+
+// Update runs fn on the machine (whose methods lock it themselves).
+func (s *Mem) Update(fn func(*Machine) error) error { return fn(s.M) }
+
+// LockSysroot waits for the sysroot lock until ctx ends.
+func (s *Mem) LockSysroot(ctx context.Context) (func(), error) {
+	select {
+	case s.sysroot <- struct{}{}:
+		return func() { <-s.sysroot }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Run runs a bootc command line over the store and records it (it is the
+// agent's bootc.Runner for in-process hosts).
+func (s *Mem) Run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	s.mu.Lock()
+	s.invs = append(s.invs, Invocation{Time: time.Now().UTC(), Args: append([]string(nil), args...)})
+	s.mu.Unlock()
+	return Exec(ctx, s, args, stdout, stderr), nil
+}
+
+// Invocations returns every command line Exec ran, oldest first.
+func (s *Mem) Invocations() []Invocation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Invocation(nil), s.invs...)
 }

@@ -1,0 +1,191 @@
+package testbootc
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Generation is a bootc release line whose command line Exec follows.
+type Generation string
+
+// The generations modelled. Flags are those of crates/lib/src/cli.rs
+// (UpgradeOpts, SwitchOpts) at the release named; hidden flags are accepted
+// but not listed in --help, as clap does.
+const (
+	// Gen1_11 is bootc 1.11: no download-only staging at all.
+	Gen1_11 Generation = "1.11"
+	// Gen1_16 is bootc 1.12 to 1.16 (the default): `upgrade --download-only`
+	// and `upgrade --from-downloaded` exist (added in 1.12), `switch
+	// --download-only` does not.
+	Gen1_16 Generation = "1.16"
+	// GenSwitchDownloadOnly is a bootc whose switch also takes
+	// --download-only (bootc issue #2137). No release in bootc's history up
+	// to 1.16.9 has it; the version printed is the next minor.
+	GenSwitchDownloadOnly Generation = "switch-download-only"
+)
+
+// Generations lists every modelled generation, oldest first.
+var Generations = []Generation{Gen1_11, Gen1_16, GenSwitchDownloadOnly}
+
+type flagSpec struct {
+	name   string
+	value  string // placeholder of a flag that takes a value ("" = boolean)
+	help   string
+	hidden bool
+}
+
+type generationSpec struct {
+	version string
+	switchF []flagSpec
+	upgrade []flagSpec
+}
+
+var (
+	flagQuiet      = flagSpec{name: "--quiet", help: "Don't display progress"}
+	flagApply      = flagSpec{name: "--apply", help: "Restart or reboot into the new target image"}
+	flagSoftReboot = flagSpec{name: "--soft-reboot", value: "<SOFT_REBOOT>", help: "Configure soft reboot behavior [possible values: required, auto]"}
+	flagCheck      = flagSpec{name: "--check", help: "Check if an update is available without applying it"}
+	flagTransport  = flagSpec{name: "--transport", value: "<TRANSPORT>", help: "The transport; e.g. registry, oci, oci-archive, docker-daemon, containers-storage.  Defaults to `registry` [default: registry]"}
+	flagSigpolicy  = flagSpec{name: "--enforce-container-sigpolicy", help: "Enforce that `containers-policy.json` includes a default policy which requires signatures"}
+	flagNoSigVer   = flagSpec{name: "--no-signature-verification", hidden: true}
+	flagMutate     = flagSpec{name: "--mutate-in-place", hidden: true}
+	flagRetain     = flagSpec{name: "--retain", help: "Retain reference to currently booted image"}
+	flagDownload   = flagSpec{name: "--download-only", help: "Download and stage the update without applying it"}
+	flagFromDl     = flagSpec{name: "--from-downloaded", help: "Apply a staged deployment that was previously downloaded with --download-only"}
+)
+
+var generations = map[Generation]generationSpec{
+	Gen1_11: {
+		version: "1.11.0",
+		switchF: []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain},
+		upgrade: []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot},
+	},
+	Gen1_16: {
+		version: "1.16.9",
+		switchF: []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain},
+		upgrade: []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot, flagDownload, flagFromDl},
+	},
+	GenSwitchDownloadOnly: {
+		version: "1.17.0",
+		switchF: []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain, flagDownload},
+		upgrade: []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot, flagDownload, flagFromDl},
+	},
+}
+
+func (g Generation) spec() (generationSpec, error) {
+	if g == "" {
+		g = Gen1_16
+	}
+	s, ok := generations[g]
+	if !ok {
+		known := make([]string, 0, len(generations))
+		for k := range generations {
+			known = append(known, string(k))
+		}
+		sort.Strings(known)
+		return generationSpec{}, fmt.Errorf("test-bootc: unknown generation %q (known: %s)", g, strings.Join(known, ", "))
+	}
+	return s, nil
+}
+
+// Version is what `bootc --version` prints for the generation.
+func (g Generation) Version() string {
+	s, err := g.spec()
+	if err != nil {
+		return ""
+	}
+	return s.version
+}
+
+func (s generationSpec) flags(cmd string) []flagSpec {
+	if cmd == "switch" {
+		return s.switchF
+	}
+	return s.upgrade
+}
+
+// help renders clap's --help for a subcommand.
+func (s generationSpec) help(cmd, about, usage string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\nUsage: %s\n\n", about, usage)
+	if cmd == "switch" {
+		b.WriteString("Arguments:\n  <TARGET>  Target image to use for the next boot\n\n")
+	}
+	b.WriteString("Options:\n")
+	for _, f := range s.flags(cmd) {
+		if f.hidden {
+			continue
+		}
+		name := f.name
+		if f.value != "" {
+			name += " " + f.value
+		}
+		fmt.Fprintf(&b, "      %-34s %s\n", name, f.help)
+	}
+	b.WriteString("  -h, --help                             Print help (see more with '--help')\n")
+	return b.String()
+}
+
+// parsedFlags are the options of one switch or upgrade command line.
+type parsedFlags struct {
+	set        map[string]bool
+	softReboot string
+	positional []string
+}
+
+// parseFlags parses args as clap would for cmd of this generation: an
+// unknown flag is clap's "unexpected argument" (exit 2).
+func (s generationSpec) parseFlags(cmd, usage string, args []string) (parsedFlags, *usageError) {
+	known := map[string]flagSpec{}
+	for _, f := range s.flags(cmd) {
+		known[f.name] = f
+	}
+	p := parsedFlags{set: map[string]bool{}}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			p.positional = append(p.positional, a)
+			continue
+		}
+		if a == "-h" || a == "--help" {
+			p.set["--help"] = true
+			continue
+		}
+		name, value, hasValue := strings.Cut(a, "=")
+		f, ok := known[name]
+		if !ok {
+			return p, unexpectedArg(a, usage)
+		}
+		if f.value == "" {
+			if hasValue {
+				return p, &usageError{msg: fmt.Sprintf("error: unexpected value '%s' for '%s' found; no more were expected\n\nUsage: %s\n\nFor more information, try '--help'.\n", value, name, usage)}
+			}
+			p.set[name] = true
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return p, &usageError{msg: fmt.Sprintf("error: a value is required for '%s %s' but none was supplied\n\nFor more information, try '--help'.\n", name, f.value)}
+			}
+			i++
+			value = args[i]
+		}
+		if name == "--soft-reboot" {
+			if value != "required" && value != "auto" {
+				return p, &usageError{msg: fmt.Sprintf("error: invalid value '%s' for '--soft-reboot <SOFT_REBOOT>'\n  [possible values: required, auto]\n\nFor more information, try '--help'.\n", value)}
+			}
+			p.softReboot = value
+		}
+		p.set[name] = true
+	}
+	return p, nil
+}
+
+// usageError is a command line clap refuses: its message goes to stderr and
+// the exit code is 2.
+type usageError struct{ msg string }
+
+func unexpectedArg(arg, usage string) *usageError {
+	return &usageError{msg: fmt.Sprintf("error: unexpected argument '%s' found\n\n  tip: to pass '%s' as a value, use '-- %s'\n\nUsage: %s\n\nFor more information, try '--help'.\n", arg, arg, arg, usage)}
+}
