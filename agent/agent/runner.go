@@ -74,10 +74,10 @@ type runner struct {
 	// behind the pull for a new one.
 	lastRead *statusRead
 	// probe is what bootc supports, learned once per boot.
-	probe        *bootcProbe
-	stageFail    *decide.StageFailure
-	stageDelay   time.Duration
-	verdict      *decide.Verdict
+	probe      *bootcProbe
+	stageFail  *decide.StageFailure
+	stageDelay time.Duration
+	verdict    *decide.Verdict
 
 	// settleKey/settleDeadline: when the record from another boot was first
 	// seen in this boot.
