@@ -85,7 +85,9 @@ type rawStatus struct {
 }
 
 type rawEntry struct {
-	Image             *rawImageStatus `json:"image"`
+	Image *rawImageStatus `json:"image"`
+	// Composefs is set on a native composefs deployment (no ostree).
+	Composefs         json.RawMessage `json:"composefs"`
 	DownloadOnly      bool            `json:"downloadOnly"`
 	SoftRebootCapable bool            `json:"softRebootCapable"`
 	Pinned            bool            `json:"pinned"`
@@ -163,6 +165,12 @@ func convert(name string, r *rawEntry) (*Entry, error) {
 	if err := checkSignature(is.Image.Signature); err != nil {
 		return nil, fmt.Errorf("%w: status.%s.image.image.signature: %w", ErrMalformed, name, err)
 	}
+	if composefs(r) && isHex64(is.ImageDigest) {
+		// A composefs deployment made before bootc stored the manifest
+		// digest in its origin reports a bare hex sha256 it computed
+		// itself (crates/lib/src/bootc_composefs/status.rs, get_imginfo).
+		is.ImageDigest = "sha256:" + is.ImageDigest
+	}
 	if !imageref.IsDigest(is.ImageDigest) {
 		return nil, fmt.Errorf("%w: status.%s.image.imageDigest %q is not sha256:<64 lowercase hex>", ErrMalformed, name, is.ImageDigest)
 	}
@@ -180,6 +188,23 @@ func convert(name string, r *rawEntry) (*Entry, error) {
 		e.Timestamp = &ts
 	}
 	return e, nil
+}
+
+func composefs(r *rawEntry) bool {
+	c := bytes.TrimSpace(r.Composefs)
+	return len(c) > 0 && c[0] == '{'
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // checkSignature accepts what bootc writes: absent, null, a string

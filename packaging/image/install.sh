@@ -77,6 +77,10 @@ for t in $wanted; do
 	ln -sfn /usr/lib/systemd/system/bootc-fleet-agent.service "$r/etc/systemd/system/$t.wants/bootc-fleet-agent.service"
 done
 
-# bootc's own timer would stage and apply updates outside any grant.
+# bootc's own updater would stage and apply updates outside any grant: mask
+# the timer and the service it starts (anything else starting the service
+# would run `bootc upgrade --apply`).
 install -d -m 0755 "$r/etc/systemd/system"
-ln -sfn /dev/null "$r/etc/systemd/system/bootc-fetch-apply-updates.timer"
+for u in bootc-fetch-apply-updates.timer bootc-fetch-apply-updates.service; do
+	ln -sfn /dev/null "$r/etc/systemd/system/$u"
+done

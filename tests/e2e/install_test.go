@@ -91,8 +91,10 @@ func TestInstallScriptInstallsEnablesAndMasks(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(root, "usr/bin/bootc-fleet-agent")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("agent binary mode: %v %v, want 0755", fi.Mode(), err)
 	}
-	if target, err := os.Readlink(filepath.Join(root, "etc/systemd/system/bootc-fetch-apply-updates.timer")); err != nil || target != "/dev/null" {
-		t.Errorf("bootc-fetch-apply-updates.timer is not masked: %q %v", target, err)
+	for _, u := range []string{"bootc-fetch-apply-updates.timer", "bootc-fetch-apply-updates.service"} {
+		if target, err := os.Readlink(filepath.Join(root, "etc/systemd/system", u)); err != nil || target != "/dev/null" {
+			t.Errorf("%s is not masked: %q %v", u, target, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(root, "etc/bootc-fleet/agent.env")); err == nil {
 		t.Errorf("install.sh wrote /etc/bootc-fleet/agent.env, which is the administrator's")
@@ -109,7 +111,7 @@ func TestInstallScriptInstallsEnablesAndMasks(t *testing.T) {
 
 	// systemd itself agrees, reading the same tree.
 	if _, err := exec.LookPath("systemctl"); err == nil {
-		for unit, want := range map[string]string{AgentUnit: "enabled", "bootc-fetch-apply-updates.timer": "masked"} {
+		for unit, want := range map[string]string{AgentUnit: "enabled", "bootc-fetch-apply-updates.timer": "masked", "bootc-fetch-apply-updates.service": "masked"} {
 			out, _ := exec.Command("systemctl", "--root", root, "is-enabled", unit).CombinedOutput()
 			if got := strings.TrimSpace(string(out)); got != want {
 				t.Errorf("systemctl --root is-enabled %s = %q, want %q", unit, got, want)

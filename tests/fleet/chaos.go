@@ -94,6 +94,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 			StageTime:         time.Duration(100+r.IntN(700)) * time.Millisecond,
 			CrashBeforeReboot: r.IntN(2),
 			NeverReturn:       i == dead,
+			Generation:        generationFor(seed + int64(i)),
 		}
 	}
 	// Now and then one node's bootc status stays stale for 10-60 s after

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
 // Result is the outcome of one scenario run.
@@ -78,8 +79,11 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	stale := time.Duration(r.IntN(1500)) * time.Millisecond
 	boot := time.Duration(2000+r.IntN(1000)) * time.Millisecond
 	stage := time.Duration(2500+r.IntN(1000)) * time.Millisecond
+	// Odd seeds run a bootc with `switch --download-only`, even seeds one
+	// without it (stage = switch, then upgrade --download-only).
+	gen := generationFor(seed)
 	opts.Behaviour = func(int) NodeBehaviour {
-		return NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage}
+		return NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage, Generation: gen}
 	}
 	res := Result{Seed: seed, Pool: name}
 	p := f.AddPool(name, opts)
@@ -325,4 +329,12 @@ func judgeOneRebootEach(ctx context.Context, p *Pool, target string, budget inva
 			res.Problems = append(res.Problems, fmt.Sprintf("node %s rebooted %d times, want 1", n, res.Reboots[n]))
 		}
 	}
+}
+
+// generationFor alternates the bootc generations that can stage locked.
+func generationFor(k int64) testbootc.Generation {
+	if k%2 == 1 {
+		return testbootc.GenSwitchDownloadOnly
+	}
+	return testbootc.Gen1_16
 }

@@ -250,3 +250,20 @@ func TestQuietAgentIsNamedOnThePool(t *testing.T) {
 		t.Logf("%s; reboots %v", r, r.Reboots)
 	}
 }
+
+// A node that loses power while staged loses its download-only deployment,
+// is staged again under a new grant, and still reboots exactly once under a
+// grant; in both bootc generations that can stage locked.
+func TestLostStageIsStagedAgain(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	for _, seed := range []int64{1, 2} {
+		t.Run(string(generationFor(seed)), func(t *testing.T) {
+			if r := LostStage(context.Background(), f, seed); r.Failed() {
+				t.Fatal(r)
+			} else {
+				t.Logf("%s; reboots %v", r, r.Reboots)
+			}
+		})
+	}
+}

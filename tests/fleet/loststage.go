@@ -1,0 +1,87 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/decide"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+)
+
+// LostStage: a node that staged the target locked and waits for a reboot
+// slot loses power. bootc discards a download-only staged deployment at a
+// reboot, so the node comes back with nothing staged; it must report that,
+// let go of the stage grant of the old boot, be granted a stage again in its
+// new boot, stage again, and then take its one gated reboot like the others.
+func LostStage(ctx context.Context, f *Fleet, seed int64) Result {
+	start := time.Now()
+	name := fmt.Sprintf("lost%04d", seed)
+	res := Result{Seed: seed, Pool: name}
+	opts := PoolOptions{Nodes: 3, MaxUnavailable: 1, MaxStaging: 3, HaltAfter: 1, RebootTimeout: time.Minute}
+	gen := generationFor(seed)
+	opts.Behaviour = func(int) NodeBehaviour {
+		// Reboots long enough that the other nodes wait staged for a while.
+		return NodeBehaviour{BootTime: 2 * time.Second, StageTime: 200 * time.Millisecond, Generation: gen}
+	}
+	p := f.AddPool(name, opts)
+	v2 := p.Push("v2")
+	p.Create("v2", opts)
+
+	// Find a node staged and waiting for a reboot slot, and cut its power.
+	var victim *SimNode
+	if !waitFor(ctx, 2*time.Minute, func() bool {
+		for _, n := range p.Nodes {
+			bn := &fleetv1.BootcNode{}
+			if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: n.Name}, bn); err != nil {
+				continue
+			}
+			st := n.Machine.State()
+			if bn.Status.Reason == decide.ReasonWaitingReboot && st.Staged != nil && st.Staged.DownloadOnly && st.Staged.Image == v2 && !n.Down() {
+				victim = n
+				return true
+			}
+		}
+		return false
+	}) {
+		res.Problems = append(res.Problems, "no node ever waited staged for a reboot slot")
+		res.Duration = time.Since(start)
+		return res
+	}
+	victim.Reboot(ctx, false)
+	if !waitFor(ctx, time.Minute, func() bool { return !victim.Down() && victim.Machine.State().Reboots == 1 }) {
+		res.Problems = append(res.Problems, victim.Name+" did not come back from its power cut")
+	}
+	if st := victim.Machine.State(); st.Staged != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("%s kept its download-only staged deployment across a reboot: %+v", victim.Name, st.Staged))
+	}
+	if !waitFor(ctx, 3*time.Minute, func() bool { ok, _ := p.Converged(v2); return ok }) {
+		_, waiting := p.Converged(v2)
+		res.Problems = append(res.Problems, fmt.Sprintf("pool did not converge after the lost stage; waiting for %s; pool %+v", waiting, p.Status()))
+	}
+	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	stages := 0
+	for _, e := range p.Events() {
+		if e.Node == victim.Name && e.Kind == invariant.StageStart && e.Image == v2 {
+			stages++
+		}
+	}
+	if stages != 2 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%s staged %s %d times, want 2 (before and after the power cut)", victim.Name, v2, stages))
+	}
+	res.Reboots = p.Reboots()
+	for _, n := range p.Nodes {
+		if got := res.Reboots[n.Name]; got != 1 {
+			res.Problems = append(res.Problems, fmt.Sprintf("%s took %d gated reboots, want 1", n.Name, got))
+		}
+	}
+	res.Violations = p.Check(v2, invariant.Pool{MaxUnavailable: 1, MaxStaging: 3, HaltAfter: 1})
+	res.Duration = time.Since(start)
+	if !res.Failed() {
+		p.Remove()
+	}
+	return res
+}
