@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -241,7 +242,22 @@ type memBootc struct {
 }
 
 func newMemBootc(n *SimNode) memBootc {
-	return memBootc{n: n, cli: &bootc.CLI{Runner: n.bootc}}
+	return memBootc{n: n, cli: &bootc.CLI{Runner: unlockWatch{n}}}
+}
+
+// unlockWatch runs bootc command lines on the machine and logs an Unlocked
+// event whenever one leaves an unlocked staged deployment (I1 checks it was
+// granted).
+type unlockWatch struct{ n *SimNode }
+
+func (u unlockWatch) Run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	code, err := u.n.bootc.Run(ctx, args, stdout, stderr)
+	if len(args) > 0 && (args[0] == "switch" || args[0] == "upgrade") {
+		if st := u.n.Machine.State().Staged; st != nil && !st.DownloadOnly {
+			u.n.log.Add(u.n.event(invariant.Unlocked, st.Image))
+		}
+	}
+	return code, err
 }
 
 func (b memBootc) Status(ctx context.Context) (bootc.Status, error) {

@@ -369,3 +369,30 @@ func TestStatusWaitsForTheSysrootLock(t *testing.T) {
 		}
 	})
 }
+
+// A manifest list is peeled: the status keeps the reference as given and
+// reports the platform manifest's digest as imageDigest (bootc PR #1239).
+func TestExecutablePeelsManifestLists(t *testing.T) {
+	d := initDir(t)
+	if err := d.Configure(func(k *Knobs) { k.ManifestLists = map[string]string{dB: dC} }); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"switch", refB}, {"upgrade", "--download-only"}} {
+		if r := self(t, d, args...); r.code != 0 {
+			t.Fatalf("%q: %+v", args, r)
+		}
+	}
+	r := self(t, d, "status", "--format=json")
+	st, err := bootc.Parse([]byte(r.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Staged == nil || st.Staged.Image != refB || st.Staged.Digest != dC || !st.Staged.DownloadOnly {
+		t.Fatalf("staged %+v, want image %s with imageDigest %s, locked", st.Staged, refB, dC)
+	}
+	// So what the agent compares (repo@imageDigest) is the platform image,
+	// never the index it asked for.
+	if p, _ := st.Staged.Pinned(); p.Digest != dC {
+		t.Fatalf("Pinned() = %s", p)
+	}
+}

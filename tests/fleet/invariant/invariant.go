@@ -33,6 +33,10 @@ const (
 	StageEnd   Kind = "StageEnd"
 	// Apply: bootc upgrade --from-downloaded ran.
 	Apply Kind = "Apply"
+	// Unlocked: after a bootc command the node has an unlocked staged
+	// deployment of Image (a shutdown would apply it). It must be under a
+	// grant (stage or reboot) for that image and boot.
+	Unlocked Kind = "Unlocked"
 	// Reboot: the agent asked logind (or systemd) to reboot.
 	Reboot Kind = "Reboot"
 	// UnplannedReboot: the harness rebooted a node on its own (power loss).
@@ -186,6 +190,8 @@ func checkGated(evs []Event) []Violation {
 			want = lease.KindStage
 		case Apply, Reboot:
 			want = lease.KindReboot
+		case Unlocked:
+			want = "" // either slot
 		default:
 			continue
 		}
@@ -198,7 +204,7 @@ func checkGated(evs []Event) []Violation {
 			why = fmt.Sprintf("grant %s@%d never seen", e.GrantLease, e.GrantRV)
 		case g.Holder != e.Node:
 			why = fmt.Sprintf("grant held by %q", g.Holder)
-		case g.Slot != want:
+		case want != "" && g.Slot != want:
 			why = fmt.Sprintf("%s slot used for %s", g.Slot, e.Kind)
 		case g.Image != e.Image:
 			why = fmt.Sprintf("grant for image %s", g.Image)

@@ -205,3 +205,32 @@ func TestHaltedPoolWithFailedNodeIsFine(t *testing.T) {
 		t.Fatalf("violations: %v", v)
 	}
 }
+
+// An unlocked staged deployment is gated like a stage: under a stage or
+// reboot grant for that image in that boot, and nowhere else.
+func TestUnlockedStagedDeploymentIsGated(t *testing.T) {
+	tests := []struct {
+		name    string
+		e       Event
+		violate bool
+	}{
+		{"under the stage grant", Event{Kind: Unlocked, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1}, false},
+		{"under the reboot grant", Event{Kind: Unlocked, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 4}, false},
+		{"of another image", Event{Kind: Unlocked, Node: "n1", Image: imgA, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1}, true},
+		{"without a grant", Event{Kind: Unlocked, Node: "n1", Image: imgB, BootID: boot1}, true},
+		{"in another boot", Event{Kind: Unlocked, Node: "n1", Image: imgB, BootID: boot2, GrantLease: "p-stage-0", GrantRV: 1}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := cleanRun()
+			l.add(tc.e)
+			var i1 bool
+			for _, v := range Check(l.evs, pools, finalOK()) {
+				i1 = i1 || v.Invariant == "I1"
+			}
+			if i1 != tc.violate {
+				t.Fatalf("I1 violation = %v, want %v", i1, tc.violate)
+			}
+		})
+	}
+}
