@@ -14,7 +14,10 @@ type BootcNodeSpec struct {
 	Pool string `json:"pool"`
 
 	// DesiredImage is the digest-pinned repo@sha256:<64 hex> the node should
-	// run, or empty while the pool has no resolved target.
+	// run: the pool's targetImage, or, when that is a multi-arch index, the
+	// image of the node's platform in it. Empty while the pool has no
+	// resolved target, or when the index has no image for the node's
+	// platform (annotation fleet.bootc.dev/no-platform-image says why).
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:Pattern=`^$|^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*@sha256:[a-f0-9]{64}$`
 	// +optional

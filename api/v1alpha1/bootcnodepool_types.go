@@ -106,6 +106,10 @@ const (
 	// PoolAgentsReporting is False while some node with rollout work has an
 	// agent that went quiet or whose API requests are refused.
 	PoolAgentsReporting = "AgentsReporting"
+	// PoolPlatformImages says how nodes get their image from the target: a
+	// single manifest for all, or, for a multi-arch index, each node its
+	// platform's image. False names the nodes the index has no image for.
+	PoolPlatformImages = "PlatformImages"
 )
 
 // Pool condition reasons.
@@ -127,14 +131,43 @@ const (
 	ReasonAgentsReporting = "AgentsReporting"
 	ReasonAgentsQuiet     = "AgentsQuiet"
 	ReasonAgentsRefused   = "AgentRequestsRefused"
+	// PlatformImages reasons.
+	ReasonSingleManifest   = "SingleManifest"
+	ReasonPlatformsMatched = "PlatformsMatched"
+	ReasonPlatformMissing  = "PlatformMissing"
+	ReasonNotInspected     = "NotInspected"
 )
+
+// Why a node has no image in its pool's multi-arch index (the reason of
+// AnnotationNoPlatformImage).
+const (
+	// ReasonPlatformNotInIndex: the index has no image for the node's platform.
+	ReasonPlatformNotInIndex = "PlatformNotInIndex"
+	// ReasonPlatformAmbiguous: the index has several images for the node's
+	// platform that cannot be told apart (e.g. arm64 and arm64/v8).
+	ReasonPlatformAmbiguous = "PlatformAmbiguous"
+	// ReasonNodePlatformUnknown: the Node reports no usable
+	// status.nodeInfo.operatingSystem or architecture.
+	ReasonNodePlatformUnknown = "NodePlatformUnknown"
+)
+
+// AnnotationNoPlatformImage is written by the coordinator on a BootcNode
+// whose pool's target is a multi-arch index with no usable image for the
+// node's platform: "<Reason>: <message>", Reason one of PlatformNotInIndex,
+// PlatformAmbiguous or NodePlatformUnknown. Such a node gets no
+// desiredImage and no grants. BootcNode status is the agent's, so the
+// coordinator's verdict goes here (docs/design.md, amendment 12).
+const AnnotationNoPlatformImage = "fleet.bootc.dev/no-platform-image"
 
 // BootcNodePoolStatus is what the coordinator observed and decided.
 type BootcNodePoolStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// TargetImage is the resolved repo@sha256:... every node converges to.
+	// TargetImage is the resolved repo@sha256:... of spec.image. For a
+	// single manifest every node converges to it; for a multi-arch index
+	// (manifest list) it is the index digest, and each node converges to its
+	// platform's image in that index (its BootcNode's spec.desiredImage).
 	// +optional
 	TargetImage string `json:"targetImage,omitempty"`
 	// ResolvedTime is when TargetImage was last resolved from spec.image.
@@ -143,7 +176,8 @@ type BootcNodePoolStatus struct {
 
 	// Nodes is the number of nodes in the pool.
 	Nodes int32 `json:"nodes"`
-	// Updated counts nodes booted on the target image.
+	// Updated counts nodes booted on their target image (for a multi-arch
+	// index: their platform's image).
 	Updated int32 `json:"updated"`
 	// Staging counts nodes downloading the target image.
 	Staging int32 `json:"staging"`
@@ -163,7 +197,8 @@ type BootcNodePoolStatus struct {
 	// +optional
 	Quiet int32 `json:"quiet,omitempty"`
 
-	// Conditions: Progressing, UpToDate, Degraded, Halted, AgentsReporting.
+	// Conditions: Progressing, UpToDate, Degraded, Halted, AgentsReporting,
+	// PlatformImages.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

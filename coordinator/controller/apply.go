@@ -64,7 +64,7 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		r.drains.start(pool.Name, d.Node, d.Grant, d.Timeout)
 	}
 
-	if err := r.applyBootcNodes(ctx, pool, w, out); err != nil {
+	if err := r.applyBootcNodes(ctx, log, pool, w, out); err != nil {
 		return applied, err
 	}
 
@@ -77,6 +77,10 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 	}
 	// Events only once everything they describe was written.
 	for _, e := range out.Events {
+		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
+			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			continue
+		}
 		r.recorder.Eventf(pool, nil, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 	}
 	r.observeMetrics(pool.Name, w, in, out)
@@ -154,22 +158,30 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, w *observe
 	return nil
 }
 
-func (r *poolReconciler) applyBootcNodes(ctx context.Context, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
+func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
 	for _, c := range out.CreateBootcNodes {
 		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+		setNoPlatformImage(bn, c.NoPlatformImage)
 		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
 			return err
 		}
-		if err := r.client.Create(ctx, bn); err != nil && !kerrors.IsAlreadyExists(err) {
+		switch err := r.client.Create(ctx, bn); {
+		case err == nil:
+			w.bootcNodes[c.Name] = bn
+			logBootcNode(log, "BootcNode created", c)
+		case !kerrors.IsAlreadyExists(err):
 			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
 		}
 	}
 	for _, c := range out.UpdateBootcNodes {
 		bn := w.bootcNodes[c.Name].DeepCopy()
 		bn.Spec = c.Spec
+		setNoPlatformImage(bn, c.NoPlatformImage)
 		if err := r.client.Update(ctx, bn); err != nil {
 			return fmt.Errorf("setting BootcNode %s spec: %w", c.Name, err)
 		}
+		w.bootcNodes[c.Name] = bn
+		logBootcNode(log, "BootcNode updated", c)
 	}
 	for _, name := range out.DeleteBootcNodes {
 		bn := w.bootcNodes[name]
@@ -182,6 +194,27 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, pool *fleetv1.Boot
 		}
 	}
 	return nil
+}
+
+func logBootcNode(log logr.Logger, msg string, c plan.BootcNodeChange) {
+	if c.NoPlatformImage != "" {
+		log.Info(msg+": no image for the node's platform, so no desired image and no grants", "node", c.Name, "why", c.NoPlatformImage)
+		return
+	}
+	log.V(1).Info(msg, "node", c.Name, "desiredImage", c.Spec.DesiredImage)
+}
+
+// setNoPlatformImage writes or removes the coordinator's verdict that the
+// pool's index has no image for the node (plan.BootcNodeChange).
+func setNoPlatformImage(bn *fleetv1.BootcNode, v string) {
+	if v == "" {
+		delete(bn.Annotations, fleetv1.AnnotationNoPlatformImage)
+		return
+	}
+	if bn.Annotations == nil {
+		bn.Annotations = map[string]string{}
+	}
+	bn.Annotations[fleetv1.AnnotationNoPlatformImage] = v
 }
 
 func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node + "/" + string(k) }

@@ -25,16 +25,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/drain"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/resolve"
 )
 
-// Resolver resolves an image reference to a digest (coordinator/resolve).
+// Resolver resolves an image reference to a digest and, for a multi-arch
+// index, its per-platform images (coordinator/resolve).
 type Resolver interface {
-	Resolve(ctx context.Context, ref string) (imageref.Pinned, error)
+	Resolve(ctx context.Context, ref string) (resolve.Target, error)
 }
 
 // Defaults of Options.
@@ -194,7 +194,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		apiReader: mgr.GetAPIReader(),
 		recorder:  mgr.GetEventRecorder(opts.Name),
 		drains:    drains,
-		targets:   newTargetCache(opts.Resolver, opts.ResolveInterval, opts.ResolveRetryInterval),
+		targets:   newTargetCache(opts.Resolver, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
 		opts:      opts,
 		log:       log,
 		waiting:   map[string]time.Time{},

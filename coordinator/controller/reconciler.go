@@ -110,7 +110,9 @@ func poolOfLease(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
-// nodeChanged passes Node events that can change a decision (not heartbeats).
+// nodeChanged passes Node events that can change a decision (not
+// heartbeats): labels, cordon, Ready, boot ID, and the platform that picks a
+// node's image from a multi-arch index.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		a, okA := e.ObjectOld.(*corev1.Node)
@@ -120,7 +122,8 @@ func nodeChanged() predicate.Predicate {
 		}
 		return !labels.Equals(a.Labels, b.Labels) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
 			a.Annotations[lease.NodeAnnotationCordonedFor] != b.Annotations[lease.NodeAnnotationCordonedFor] ||
-			nodeReady(a) != nodeReady(b) || a.Status.NodeInfo.BootID != b.Status.NodeInfo.BootID
+			nodeReady(a) != nodeReady(b) || a.Status.NodeInfo.BootID != b.Status.NodeInfo.BootID ||
+			a.Status.NodeInfo.OperatingSystem != b.Status.NodeInfo.OperatingSystem || a.Status.NodeInfo.Architecture != b.Status.NodeInfo.Architecture
 	}}
 }
 
@@ -163,6 +166,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	in := w.input
 	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
+	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
 	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
@@ -261,6 +265,7 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 			continue
 		}
 		pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID,
+			OS: n.Status.NodeInfo.OperatingSystem, Arch: n.Status.NodeInfo.Architecture,
 			CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
 		if in {
 			for name, s := range others {

@@ -116,11 +116,16 @@ type fleet struct {
 	// observed, for the invariant checks
 	maxReboot, maxCordoned int
 	rebootGrants           map[string]map[string]bool // node -> grant IDs seen in phase Reboot or Draining
+	grantImages            map[string]map[string]bool // node -> images of every grant it held
 	violations             []string
+	// peel plays bootc on a multi-arch index: told to switch to an index
+	// digest (key), a node stages its architecture's image in it.
+	peel map[string]map[string]imageref.Pinned
 }
 
 type fakeNode struct {
 	name     string
+	arch     string // Node.status.nodeInfo.architecture (with os linux), if set
 	boot     int
 	booted   imageref.Pinned
 	staged   imageref.Pinned
@@ -138,7 +143,7 @@ func (n *fakeNode) bootID() string { return newBootID(n.name, n.boot) }
 func newFleet(t *testing.T, pool string, n int, initial imageref.Pinned) *fleet {
 	t.Helper()
 	f := &fleet{t: t, c: env.Client, pool: pool, label: "pool-" + pool, initial: initial,
-		nodes: map[string]*fakeNode{}, rebootGrants: map[string]map[string]bool{}}
+		nodes: map[string]*fakeNode{}, rebootGrants: map[string]map[string]bool{}, grantImages: map[string]map[string]bool{}}
 	ctx := context.Background()
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("%s-n%02d", pool, i)
@@ -165,6 +170,9 @@ func (f *fleet) writeNodeStatus(ctx context.Context, fn *fakeNode) {
 		}
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "FakeKubelet", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 		node.Status.NodeInfo.BootID = fn.bootID()
+		if fn.arch != "" {
+			node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = "linux", fn.arch
+		}
 		err := f.c.Status().Update(ctx, &node)
 		if err == nil || !apierrors.IsConflict(err) {
 			return
@@ -235,6 +243,12 @@ func (f *fleet) check(ctx context.Context, maxUnavailable int) {
 	defer f.mu.Unlock()
 	for i := range ls {
 		g, err := lease.Parse(&ls[i])
+		if err == nil {
+			if f.grantImages[g.Holder] == nil {
+				f.grantImages[g.Holder] = map[string]bool{}
+			}
+			f.grantImages[g.Holder][g.Image.String()] = true
+		}
 		if err != nil || g.Kind != lease.KindReboot {
 			continue
 		}
@@ -332,6 +346,9 @@ func (f *fleet) step(ctx context.Context, name string) {
 			if g.Kind == lease.KindStage && check(lease.ActionStage, g) {
 				f.mu.Lock()
 				fn.staged = desired
+				if img, ok := f.peel[desired.Digest][fn.arch]; ok {
+					fn.staged = img // bootc reports the platform image, never the index
+				}
 				f.mu.Unlock()
 				phase = fleetv1.PhaseStaged
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/platform"
 )
 
 // Defaults of the pool's rollout fields, for objects the API server did not default.
@@ -86,6 +87,10 @@ type planner struct {
 	// goneHolders hold a reboot slot in phase Reboot while their Node object
 	// is deleted (waiting for the machine to come back).
 	goneHolders []string
+	// targets: each member's target (platforms.go); noImage: members the
+	// target's index has no image for, and why.
+	targets map[string]imageref.Pinned
+	noImage map[string]*platform.Problem
 }
 
 // Plan decides the changes for one pool. It is pure and deterministic: the
@@ -99,6 +104,8 @@ func Plan(in Input) Output {
 		after:      map[string]*Slot{},
 		uncordoned: map[string]bool{},
 		failedSlot: map[string]string{},
+		targets:    map[string]imageref.Pinned{},
+		noImage:    map[string]*platform.Problem{},
 	}
 	for _, n := range in.Nodes {
 		p.nodes[n.Name] = n
@@ -114,6 +121,7 @@ func Plan(in Input) Output {
 		p.target = in.Target
 	}
 	p.b = ResolveBudget(in.Pool.Spec.Rollout, len(p.members))
+	p.nodeTargets()
 
 	slots := append([]Slot(nil), in.Slots...)
 	sort.Slice(slots, func(i, j int) bool {
@@ -293,10 +301,10 @@ func (p *planner) held(s Slot) {
 	d, hasDrain := p.in.Drains[n.Name]
 	hasDrain = hasDrain && d.Grant == g.ID
 	switch {
-	case p.target.Digest != "" && g.Image != p.target:
+	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged, Uncordon: uncordon})
-		p.event("Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: the target changed to %s%s", s.Name, n.Name, p.target, restored(uncordon))
+		p.event("Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
 	case n.BootID != g.BootID:
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
@@ -331,9 +339,9 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 	case st != nil && (onDigest(st.Staged, g.Image.Digest) || onDigest(st.Booted, g.Image.Digest)):
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
 		p.event("Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
-	case p.target.Digest != "" && g.Image != p.target:
+	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
-		p.event("Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the target %s", s.Name, n.Name, g.Image, p.target)
+		p.event("Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
 	case n.BootID != g.BootID:
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
 		p.event("Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant", s.Name, n.Name)
@@ -491,13 +499,14 @@ func (p *planner) grant(slots []Slot) {
 	for _, name := range p.members {
 		n := p.nodes[name]
 		st := p.fresh(n)
-		if p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+		tgt, ok := p.targetOf(name)
+		if !ok || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
-		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, p.target.Digest) {
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) {
 			continue
 		}
-		if onDigest(st.Staged, p.target.Digest) && st.Staged.DownloadOnly {
+		if onDigest(st.Staged, tgt.Digest) && st.Staged.DownloadOnly {
 			rebootable = append(rebootable, name)
 		}
 	}
@@ -516,11 +525,12 @@ func (p *planner) grant(slots []Slot) {
 			s := free[lease.KindReboot][0]
 			free[lease.KindReboot] = free[lease.KindReboot][1:]
 			n := p.nodes[name]
-			p.grantSlot(s, n)
+			tgt, _ := p.targetOf(name)
+			p.grantSlot(s, n, tgt)
 			heldReboot++
 			delete(other, name)
 			granted[name] = true
-			p.event("Normal", EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, p.target)
+			p.event("Normal", EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
 		}
 	}
 
@@ -530,17 +540,18 @@ func (p *planner) grant(slots []Slot) {
 		}
 		n := p.nodes[name]
 		st := p.fresh(n)
-		if granted[name] || stillStaging[name] || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+		tgt, ok := p.targetOf(name)
+		if !ok || granted[name] || stillStaging[name] || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
-		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, p.target.Digest) || onDigest(st.Staged, p.target.Digest) {
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || onDigest(st.Staged, tgt.Digest) {
 			continue
 		}
 		s := free[lease.KindStage][0]
 		free[lease.KindStage] = free[lease.KindStage][1:]
-		p.grantSlot(s, n)
+		p.grantSlot(s, n, tgt)
 		heldStage++
-		p.event("Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, p.target)
+		p.event("Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, tgt)
 	}
 }
 
@@ -574,11 +585,18 @@ func (p *planner) stagingWithoutSlot(holds map[string][]*Slot) map[string]bool {
 	return out
 }
 
-// desiredIsTarget: the node's BootcNode already asks for the target, so the
+// desiredIsTarget: the node's BootcNode already asks for its target, so the
 // agent finds a grant that matches what it was told to run.
 func (p *planner) desiredIsTarget(name string) bool {
 	bn := p.bns[name]
-	return bn != nil && bn.Spec.DesiredImage == p.target.String()
+	tgt, ok := p.targetOf(name)
+	return ok && bn != nil && bn.Spec.DesiredImage == tgt.String()
+}
+
+// isTarget: img is node name's target.
+func (p *planner) isTarget(name string, img imageref.Pinned) bool {
+	tgt, ok := p.targetOf(name)
+	return ok && tgt == img
 }
 
 // stageQueue is the order stage slots are offered in: by name, except that
@@ -594,12 +612,12 @@ func (p *planner) stageQueue() []string {
 	return q
 }
 
-func (p *planner) grantSlot(s Slot, n Node) {
-	c := SlotChange{Op: OpGrant, Node: n.Name, Image: p.target, BootID: n.BootID, Why: WhyEligible}
+func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned) {
+	c := SlotChange{Op: OpGrant, Node: n.Name, Image: img, BootID: n.BootID, Why: WhyEligible}
 	p.change(s, c)
 	a := p.after[s.Name]
 	*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotHeld, Holder: n.Name,
-		Grant: lease.Grant{Pool: p.pool, Kind: s.Kind, Holder: n.Name, Image: p.target, BootID: n.BootID}}
+		Grant: lease.Grant{Pool: p.pool, Kind: s.Kind, Holder: n.Name, Image: img, BootID: n.BootID}}
 	if s.Kind == lease.KindReboot {
 		a.Grant.Phase = lease.PhaseDraining
 	}
@@ -615,8 +633,8 @@ func (p *planner) membership() {
 			continue
 		}
 		desired := ""
-		if p.target.Digest != "" {
-			desired = p.target.String()
+		if tgt, ok := p.targetOf(name); ok {
+			desired = tgt.String()
 		}
 		// A reboot already under way finishes on the image it was granted for.
 		for _, s := range holds[name] {
@@ -626,13 +644,15 @@ func (p *planner) membership() {
 		}
 		spec := fleetv1.BootcNodeSpec{Pool: p.pool, DesiredImage: desired, RebootPolicy: p.rebootPolicy()}
 		bn := p.bns[name]
+		if bn != nil && bn.Spec.Pool != p.pool {
+			continue // still another pool's; that pool removes it once the node left it
+		}
+		c := BootcNodeChange{Name: name, Spec: spec, NoPlatformImage: p.noPlatformImage(name, bn)}
 		switch {
 		case bn == nil:
-			p.out.CreateBootcNodes = append(p.out.CreateBootcNodes, BootcNodeChange{Name: name, Spec: spec})
-		case bn.Spec.Pool != p.pool:
-			// Still another pool's; that pool removes it once the node left it.
-		case bn.Spec != spec:
-			p.out.UpdateBootcNodes = append(p.out.UpdateBootcNodes, BootcNodeChange{Name: name, Spec: spec})
+			p.out.CreateBootcNodes = append(p.out.CreateBootcNodes, c)
+		case bn.Spec != spec || bn.Annotations[fleetv1.AnnotationNoPlatformImage] != c.NoPlatformImage:
+			p.out.UpdateBootcNodes = append(p.out.UpdateBootcNodes, c)
 		}
 	}
 	var gone []string

@@ -13,6 +13,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/platform"
 )
 
 // TestPlanProperties generates random fleets and random histories (agents
@@ -32,10 +33,14 @@ func TestPlanProperties(t *testing.T) {
 		n := rapid.IntRange(1, 8).Draw(rt, "nodes")
 		w := newWorld(n, rapid.IntRange(1, 4).Draw(rt, "maxUnavailable"), rapid.IntRange(1, 4).Draw(rt, "maxStaging"))
 		w.pool.Spec.Rollout.HaltAfterFailures = ptr.To(int32(rapid.IntRange(1, 3).Draw(rt, "haltAfterFailures")))
+		arches := []string{"amd64", "arm64"}
 		for _, name := range sortedKeys(w.nodes) {
+			w.nodes[name].OS, w.nodes[name].Arch = "linux", rapid.SampledFrom(arches).Draw(rt, "arch")
 			w.agentReports(name, imgV0, imageref.Pinned{}, fleetv1.PhaseWaiting)
 		}
-		images := []imageref.Pinned{imgV1, imgV2, imgV3}
+		// Targets: single manifests, and multi-arch indexes (the last
+		// without arm64, so arm64 nodes have no image while it is the target).
+		images := []imageref.Pinned{imgV1, imgV2, imgV3, propIndexes[0].target, propIndexes[1].target, propIndexes[2].target}
 		nodeNames := func() []string { return sortedKeys(w.nodes) }
 		pick := func(label string) string {
 			names := nodeNames()
@@ -83,7 +88,12 @@ func TestPlanProperties(t *testing.T) {
 			case 11:
 				w.now = w.now.Add(time.Duration(rapid.IntRange(1, 20*60).Draw(rt, "seconds")) * time.Second)
 			case 12:
-				w.target = rapid.SampledFrom(images).Draw(rt, "target")
+				w.target, w.index = rapid.SampledFrom(images).Draw(rt, "target"), nil
+				for _, pi := range propIndexes {
+					if pi.target == w.target {
+						w.index = pi.index(rt)
+					}
+				}
 			case 13:
 				switch rapid.IntRange(0, 2).Draw(rt, "pauseOrError") {
 				case 0:
@@ -107,7 +117,9 @@ func TestPlanProperties(t *testing.T) {
 						delete(w.nodes, name)
 						delete(w.drains, name)
 					case 2:
-						w.addNode(fmt.Sprintf("late-%d", i))
+						late := fmt.Sprintf("late-%d", i)
+						w.addNode(late)
+						w.nodes[late].OS, w.nodes[late].Arch = "linux", rapid.SampledFrom(arches).Draw(rt, "lateArch")
 					}
 				}
 			case 15:
@@ -144,11 +156,58 @@ func TestPlanProperties(t *testing.T) {
 		}
 		for _, name := range sortedKeys(w.nodes) {
 			bn := w.bns[name]
-			if bn == nil || bn.Status.Booted == nil || bn.Status.Booted.Digest != w.target.Digest {
-				rt.Fatalf("node %s did not converge on %s: node %+v status %+v\nnodes %s\nlast plan: %s", name, w.target, *w.nodes[name], bn, describeNodes(w), describe(w.plan()))
+			want, ok := expectedFor(w, name)
+			if !ok {
+				// The index has no image for it: nothing to converge to, and
+				// said so on its BootcNode.
+				if bn == nil || bn.Spec.DesiredImage != "" || bn.Annotations[fleetv1.AnnotationNoPlatformImage] == "" {
+					rt.Fatalf("node %s without a platform image: %+v", name, bn)
+				}
+				continue
+			}
+			if bn == nil || bn.Status.Booted == nil || bn.Status.Booted.Digest != want.Digest {
+				rt.Fatalf("node %s did not converge on %s: node %+v status %+v\nnodes %s\nlast plan: %s", name, want, *w.nodes[name], bn, describeNodes(w), describe(w.plan()))
 			}
 		}
 	})
+}
+
+// propIndex is a multi-arch index the property test may roll out.
+type propIndex struct {
+	target  imageref.Pinned
+	entries map[string]imageref.Pinned // architecture -> image
+}
+
+var propIndexes = []propIndex{
+	{mustPinned("quay.io/example/os@sha256:" + hex('4')), map[string]imageref.Pinned{"amd64": mustPinned("quay.io/example/os@sha256:" + hex('5')), "arm64": mustPinned("quay.io/example/os@sha256:" + hex('6'))}},
+	{mustPinned("quay.io/example/os@sha256:" + hex('7')), map[string]imageref.Pinned{"amd64": mustPinned("quay.io/example/os@sha256:" + hex('8')), "arm64": mustPinned("quay.io/example/os@sha256:" + hex('9'))}},
+	{mustPinned("quay.io/example/os@sha256:" + hex('a')), map[string]imageref.Pinned{"amd64": mustPinned("quay.io/example/os@sha256:" + hex('b'))}},
+}
+
+func (pi propIndex) index(rt *rapid.T) *platform.Index {
+	ix := &platform.Index{Digest: pi.target.Digest}
+	for _, arch := range sortedKeys(pi.entries) {
+		if err := ix.Add("linux", arch, "", pi.entries[arch].Digest); err != nil {
+			rt.Fatal(err)
+		}
+	}
+	return ix
+}
+
+// expectedFor is, independently of the planner, the image node name must
+// be granted and end on: the target, or its architecture's image in the
+// target's index (ok false: the index has none).
+func expectedFor(w *world, name string) (imageref.Pinned, bool) {
+	if w.index == nil {
+		return w.target, true
+	}
+	for _, pi := range propIndexes {
+		if pi.target == w.target {
+			img, ok := pi.entries[w.nodes[name].Arch]
+			return img, ok
+		}
+	}
+	return imageref.Pinned{}, false
 }
 
 // idealAll: drains finish, every agent acts, NotReady rebooted nodes return.
@@ -223,8 +282,8 @@ func checkedStep(rt *rapid.T, w *world) {
 			if before[c.Slot].State != SlotFree {
 				rt.Fatalf("grant of slot %s that was not free: %+v", c.Slot, before[c.Slot])
 			}
-			if w.target != c.Image || w.resolveErr != "" || w.pool.Spec.Rollout.Paused {
-				rt.Fatalf("grant %+v with target %s, resolve error %q, paused %v", c, w.target, w.resolveErr, w.pool.Spec.Rollout.Paused)
+			if want, ok := expectedFor(w, c.Node); !ok || want != c.Image || w.resolveErr != "" || w.pool.Spec.Rollout.Paused {
+				rt.Fatalf("grant %+v with the node's target %s (pool target %s), resolve error %q, paused %v", c, want, w.target, w.resolveErr, w.pool.Spec.Rollout.Paused)
 			}
 		case OpRelease, OpRevoke:
 			s := before[c.Slot]

@@ -38,6 +38,7 @@ func (p *planner) status() {
 	for _, name := range p.members {
 		n := p.nodes[name]
 		bs := p.fresh(n)
+		tgt, hasTarget := p.targetOf(name)
 		st.Nodes++
 		switch {
 		case p.conflicted(n):
@@ -52,10 +53,14 @@ func (p *planner) status() {
 			st.Degraded++
 		case holdsKind(holds[name], lease.KindReboot):
 			st.Rebooting++
-		case bs != nil && p.target.Digest != "" && onDigest(bs.Booted, p.target.Digest):
+		case p.noImage[name] != nil:
+			// Not done: there is nothing it could be updated to.
+			degraded = append(degraded, fmt.Sprintf("%s (%s)", name, p.noImage[name].Reason))
+			st.Degraded++
+		case bs != nil && hasTarget && onDigest(bs.Booted, tgt.Digest):
 			st.Updated++
 			continue
-		case bs != nil && p.target.Digest != "" && onDigest(bs.Staged, p.target.Digest):
+		case bs != nil && hasTarget && onDigest(bs.Staged, tgt.Digest):
 			st.Staged++
 		case holdsKind(holds[name], lease.KindStage) || (bs != nil && bs.Phase == fleetv1.PhaseStaging):
 			st.Staging++
@@ -112,7 +117,8 @@ func (p *planner) status() {
 			fmt.Sprintf("drain blocked: %s; the drain is retried and the node does not reboot until it drains (check the PodDisruptionBudget or pod named)", joinMax(p.drainMsgs, 3)))
 	case len(failed)+len(degraded) > 0:
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodesDegraded,
-			fmt.Sprintf("node(s) need attention: %s; see `kubectl get bootcnode <name> -o yaml` (status.reason, status.message)", joinMax(append(failed, degraded...), 5)))
+			fmt.Sprintf("node(s) need attention: %s; see `kubectl get bootcnode <name> -o yaml` (status.reason, status.message; for a Platform* reason the annotation %s and the pool's condition %s)",
+				joinMax(append(failed, degraded...), 5), fleetv1.AnnotationNoPlatformImage, fleetv1.PoolPlatformImages))
 	default:
 		set(fleetv1.PoolDegraded, metav1.ConditionFalse, fleetv1.ReasonAsExpected, "no node needs attention")
 	}
@@ -125,10 +131,10 @@ func (p *planner) status() {
 		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "the target image has not been resolved yet")
 		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "waiting for spec.image to resolve to a digest")
 	case len(notUpdated) == 0:
-		set(fleetv1.PoolUpToDate, metav1.ConditionTrue, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.target))
-		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.target))
+		set(fleetv1.PoolUpToDate, metav1.ConditionTrue, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.targetText()))
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.targetText()))
 	default:
-		msg := fmt.Sprintf("%d of %d node(s) run %s; waiting: %s", st.Updated, st.Nodes, p.target, joinMax(notUpdated, 5))
+		msg := fmt.Sprintf("%d of %d node(s) run %s; waiting: %s", st.Updated, st.Nodes, p.targetText(), joinMax(notUpdated, 5))
 		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, msg)
 		switch {
 		case p.b.Paused:
@@ -155,6 +161,7 @@ func (p *planner) status() {
 	default:
 		set(fleetv1.PoolAgentsReporting, metav1.ConditionTrue, fleetv1.ReasonAgentsReporting, "every node with rollout work reports")
 	}
+	p.platformCondition(set)
 	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
 	p.out.Status = st
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/platform"
 )
 
 // Input is one observation of a pool.
@@ -21,6 +22,20 @@ type Input struct {
 	Target imageref.Pinned
 	// ResolveError is why spec.image could not be resolved; no new grants.
 	ResolveError string
+	// Index holds the per-platform images when Target is a multi-arch index
+	// (nil: a single manifest). Each node's target is then the image of its
+	// platform (Node.OS, Node.Arch) in it; Target stays the pool's
+	// status.targetImage (docs/design.md, amendment 12).
+	Index *platform.Index
+	// IndexUnknown: Target was taken from the pool's status and could not be
+	// resolved again, so whether it is an index is not known (a restarted
+	// coordinator whose registry does not answer). Each node keeps the
+	// desiredImage it has; ResolveError is set, so nothing new is granted.
+	IndexUnknown bool
+	// Uninspected, when set, is why the registry could not be asked whether
+	// Target, a digest spec.image names, is an index: it is used as written
+	// for every node.
+	Uninspected string
 	// ResolvedAt is when Target was last resolved (zero: keep the status's).
 	ResolvedAt time.Time
 	// Nodes are every Node the pool cares about: those its selector matches
@@ -69,6 +84,9 @@ type Node struct {
 	Unschedulable bool
 	// BootID is status.nodeInfo.bootID, written by the kubelet.
 	BootID string
+	// OS and Arch are status.nodeInfo.operatingSystem and .architecture,
+	// written by the kubelet: they pick the node's image from an index.
+	OS, Arch string
 	// CordonedFor is the Node's lease.NodeAnnotationCordonedFor: the grant
 	// (lease.CordonMark) the coordinator cordoned it for, if any.
 	CordonedFor string
@@ -179,13 +197,19 @@ type DrainStart struct {
 type BootcNodeChange struct {
 	Name string
 	Spec fleetv1.BootcNodeSpec
+	// NoPlatformImage is the annotation fleetv1.AnnotationNoPlatformImage
+	// to write; empty removes it.
+	NoPlatformImage string
 }
 
-// Event is a Kubernetes Event to record on the pool.
+// Event is a Kubernetes Event to record on the pool, or on a BootcNode.
 type Event struct {
 	Type    string // Normal or Warning
 	Reason  string
 	Message string
+	// BootcNode, when set, is the BootcNode the Event is about (the pool is
+	// its related object).
+	BootcNode string
 }
 
 // Output is every change Plan decided, in the order to make them.
@@ -229,6 +253,9 @@ const (
 	EventSlotMalformed  = "SlotMalformed"
 	EventRolloutDone    = "RolloutComplete"
 	EventCordonRestored = "CordonRestored"
+	// On a BootcNode: its pool's index has no image for its platform (the
+	// Event's reason is the fleetv1.ReasonPlatform* of the case), or now has.
+	EventPlatformImageFound = "PlatformImageFound"
 )
 
 // Why values of slot changes.

@@ -14,6 +14,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/platform"
 )
 
 const poolName = "workers"
@@ -55,15 +56,19 @@ func bootID(node string, boot int) string {
 type world struct {
 	pool       *fleetv1.BootcNodePool
 	target     imageref.Pinned
+	index      *platform.Index // the target's, when it is a multi-arch index
 	resolveErr string
-	nodes      map[string]*Node
-	boots      map[string]int
-	bns        map[string]*fleetv1.BootcNode
-	leases     map[string]*coordinationv1.Lease
-	drains     map[string]Drain
-	hb         map[string]Heartbeat
-	now        time.Time
-	uid        int
+	// indexUnknown, uninspected: see Input.IndexUnknown, Input.Uninspected.
+	indexUnknown bool
+	uninspected  string
+	nodes        map[string]*Node
+	boots        map[string]int
+	bns          map[string]*fleetv1.BootcNode
+	leases       map[string]*coordinationv1.Lease
+	drains       map[string]Drain
+	hb           map[string]Heartbeat
+	now          time.Time
+	uid          int
 }
 
 func newWorld(n, maxUnavailable, maxStaging int) *world {
@@ -134,6 +139,9 @@ func (w *world) input() Input {
 	in := Input{
 		Pool:          w.pool.DeepCopy(),
 		Target:        w.target,
+		Index:         w.index,
+		IndexUnknown:  w.indexUnknown,
+		Uninspected:   w.uninspected,
 		ResolveError:  w.resolveErr,
 		Drains:        map[string]Drain{},
 		Now:           w.now,
@@ -230,9 +238,11 @@ func (w *world) apply(out Output) {
 	}
 	for _, c := range out.CreateBootcNodes {
 		w.bns[c.Name] = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+		setNoPlatformImage(w.bns[c.Name], c.NoPlatformImage)
 	}
 	for _, c := range out.UpdateBootcNodes {
 		w.bns[c.Name].Spec = c.Spec
+		setNoPlatformImage(w.bns[c.Name], c.NoPlatformImage)
 	}
 	for _, name := range out.DeleteBootcNodes {
 		delete(w.bns, name)
@@ -338,6 +348,18 @@ func (w *world) idealWorld() {
 			w.agentReports(name, bootedOf(bn), desired, fleetv1.PhaseStaged)
 		}
 	}
+}
+
+// setNoPlatformImage writes the annotation as the controller does.
+func setNoPlatformImage(bn *fleetv1.BootcNode, v string) {
+	if v == "" {
+		delete(bn.Annotations, fleetv1.AnnotationNoPlatformImage)
+		return
+	}
+	if bn.Annotations == nil {
+		bn.Annotations = map[string]string{}
+	}
+	bn.Annotations[fleetv1.AnnotationNoPlatformImage] = v
 }
 
 func bootedOf(bn *fleetv1.BootcNode) imageref.Pinned {

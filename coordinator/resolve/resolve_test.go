@@ -27,9 +27,10 @@ const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 // testRegistry is go-containerregistry's in-process registry served over
 // real HTTP on 127.0.0.1, with every request counted.
 type testRegistry struct {
-	srv      *httptest.Server
-	host     string // 127.0.0.1:port
-	requests atomic.Int64
+	srv       *httptest.Server
+	host      string // 127.0.0.1:port
+	requests  atomic.Int64
+	manifests atomic.Int64 // requests for a manifest (HEAD or GET)
 	// wrap, if set, may answer a request instead of the registry.
 	wrap func(w http.ResponseWriter, r *http.Request, next http.Handler)
 }
@@ -40,6 +41,9 @@ func newRegistry(t testing.TB) *testRegistry {
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	tr.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tr.requests.Add(1)
+		if strings.Contains(r.URL.Path, "/manifests/") {
+			tr.manifests.Add(1)
+		}
 		if tr.wrap != nil {
 			tr.wrap(w, r, reg)
 			return
@@ -90,8 +94,8 @@ func TestResolveTagFollowsTheTag(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := imageref.Pinned{Repository: tr.host + "/fleet/os", Digest: first.String()}
-	if got != want {
-		t.Fatalf("Resolve = %+v, want %+v", got, want)
+	if got.Image != want || got.Index != nil || got.Uninspected != nil {
+		t.Fatalf("Resolve = %+v, want %+v as a single manifest", got, want)
 	}
 
 	second := tr.push(t, "fleet/os:stable")
@@ -102,55 +106,96 @@ func TestResolveTagFollowsTheTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Digest != second.String() {
-		t.Fatalf("after re-pointing the tag Resolve = %s, want %s", got.Digest, second)
+	if got.Image.Digest != second.String() {
+		t.Fatalf("after re-pointing the tag Resolve = %s, want %s", got.Image.Digest, second)
 	}
-	if _, err := imageref.ParsePinned(got.String()); err != nil {
+	if _, err := imageref.ParsePinned(got.Image.String()); err != nil {
 		t.Fatalf("result is not a valid pinned reference: %v", err)
 	}
 }
 
-func TestResolveMultiArchIndexGivesIndexDigest(t *testing.T) {
+func TestResolveDigestReferenceIsInspectedOnce(t *testing.T) {
 	tr := newRegistry(t)
-	idx, err := random.Index(256, 1, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tag, _ := name.NewTag(tr.host+"/fleet/multi:1", name.Insecure)
-	if err := remote.WriteIndex(tag, idx); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := idx.Digest()
-	got, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/multi:1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Digest != want.String() {
-		t.Fatalf("Resolve = %s, want the index digest %s", got.Digest, want)
-	}
-}
-
-func TestResolveDigestReferenceMakesNoRequest(t *testing.T) {
-	tr := newRegistry(t)
-	r := tr.resolver(Options{})
-	cases := []struct{ name, ref, want string }{
-		{"digest only", tr.host + "/fleet/os@sha256:" + hex64, tr.host + "/fleet/os@sha256:" + hex64},
-		{"tag and digest keeps the digest, drops the tag", tr.host + "/fleet/os:1@sha256:" + hex64, tr.host + "/fleet/os@sha256:" + hex64},
-		{"no registry", "fedora/fedora-bootc@sha256:" + hex64, "fedora/fedora-bootc@sha256:" + hex64},
+	single := tr.push(t, "fleet/os:1")
+	multi, _ := tr.pushIndex(t, "fleet/os:multi", "linux/amd64", "linux/arm64/v8")
+	cases := []struct {
+		name, ref, want string
+		index           bool
+	}{
+		{"single manifest", tr.host + "/fleet/os@" + single.String(), tr.host + "/fleet/os@" + single.String(), false},
+		{"tag and digest keeps the digest, drops the tag", tr.host + "/fleet/os:1@" + single.String(), tr.host + "/fleet/os@" + single.String(), false},
+		{"index", tr.host + "/fleet/os@" + multi.String(), tr.host + "/fleet/os@" + multi.String(), true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			r := tr.resolver(Options{})
+			tr.requests.Store(0)
 			got, err := r.Resolve(context.Background(), c.ref)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.String() != c.want {
-				t.Fatalf("Resolve(%q) = %s, want %s", c.ref, got, c.want)
+			if got.Image.String() != c.want || (got.Index != nil) != c.index || got.Uninspected != nil {
+				t.Fatalf("Resolve(%q) = %+v, want %s (index %v)", c.ref, got, c.want, c.index)
+			}
+			if tr.requests.Load() == 0 {
+				t.Fatal("the registry was not asked what the digest is")
+			}
+			// Content-addressed: the answer is kept.
+			tr.requests.Store(0)
+			again, err := r.Resolve(context.Background(), c.ref)
+			if err != nil || again.Image != got.Image || again.Index != got.Index {
+				t.Fatalf("second Resolve = %+v, %v; want %+v", again, err, got)
+			}
+			if n := tr.requests.Load(); n != 0 {
+				t.Fatalf("second Resolve of a digest made %d requests, want 0", n)
 			}
 		})
 	}
-	if n := tr.requests.Load(); n != 0 {
-		t.Fatalf("digest references caused %d registry requests, want 0", n)
+}
+
+func TestResolveDigestReferenceTheRegistryCannotAnswerIsUsedAsWritten(t *testing.T) {
+	tr := newRegistry(t)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedHost := strings.TrimPrefix(closed.URL, "http://")
+	closed.Close()
+	tr.push(t, "private/os:1")
+	cases := []struct {
+		name string
+		ref  string
+		wrap func(w http.ResponseWriter, r *http.Request, next http.Handler)
+		kind error
+	}{
+		{"unreachable", closedHost + "/fleet/os@sha256:" + hex64, nil, ErrUnreachable},
+		{"not in the registry", tr.host + "/fleet/os@sha256:" + hex64, nil, ErrNotFound},
+		{"credentials refused", tr.host + "/private/os@sha256:" + hex64, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}, ErrUnauthorized},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr.wrap = c.wrap
+			defer func() { tr.wrap = nil }()
+			r := New(Options{Insecure: []string{tr.host, closedHost}, Timeout: 5 * time.Second})
+			got, err := r.Resolve(context.Background(), c.ref)
+			if err != nil {
+				t.Fatalf("Resolve = %v, want the digest used as written", err)
+			}
+			if got.Image.String() != c.ref || got.Index != nil || !errors.Is(got.Uninspected, c.kind) {
+				t.Fatalf("Resolve = %+v, want %s as written, Uninspected %v", got, c.ref, c.kind)
+			}
+			if !strings.Contains(got.Uninspected.Error(), c.ref) {
+				t.Fatalf("Uninspected %q does not name the reference", got.Uninspected)
+			}
+			// Not remembered: the next Resolve asks again.
+			tr.requests.Store(0)
+			if _, err := r.Resolve(context.Background(), c.ref); err != nil {
+				t.Fatal(err)
+			}
+			if c.kind != ErrUnreachable && tr.requests.Load() == 0 {
+				t.Fatal("an uninspected digest was cached")
+			}
+		})
 	}
 }
 
@@ -276,7 +321,7 @@ func TestResolveUnauthorizedAndKeychain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := tr.resolver(Options{Keychain: c.keychain}).Resolve(context.Background(), ref)
 			if c.kind == nil {
-				if err != nil || got.Digest != want.String() {
+				if err != nil || got.Image.Digest != want.String() {
 					t.Fatalf("Resolve = %v, %v; want %s", got, err, want)
 				}
 				return
@@ -306,8 +351,8 @@ func TestResolveFallsBackToGetWhenHeadFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Digest != want.String() {
-		t.Fatalf("Resolve = %s, want %s", got.Digest, want)
+	if got.Image.Digest != want.String() {
+		t.Fatalf("Resolve = %s, want %s", got.Image.Digest, want)
 	}
 	if gets.Load() == 0 {
 		t.Fatal("no GET of the manifest after HEAD failed")
@@ -404,13 +449,20 @@ func BenchmarkResolveTag(b *testing.B) {
 }
 
 func BenchmarkResolveDigest(b *testing.B) {
-	r := New(Options{})
+	tr := newRegistry(b)
+	d := tr.push(b, "fleet/os:1")
+	r := tr.resolver(Options{})
 	ctx := context.Background()
-	ref := "quay.io/fleet/os:1@sha256:" + hex64
+	ref := tr.host + "/fleet/os:1@" + d.String()
+	if _, err := r.Resolve(ctx, ref); err != nil {
+		b.Fatal(err)
+	}
+	tr.requests.Store(0)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := r.Resolve(ctx, ref); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(tr.requests.Load())/float64(b.N), "requests/op")
 }

@@ -94,6 +94,8 @@ type PoolOptions struct {
 	RebootTimeout  time.Duration
 	DrainTimeout   time.Duration
 	Behaviour      func(i int) NodeBehaviour
+	// Arch is node i's architecture (linux); nil: amd64.
+	Arch func(i int) string
 }
 
 // Start builds the shared part of a fleet: registry, RBAC and admission
@@ -221,9 +223,13 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 		b = opts.Behaviour(i)
 	}
 	m.Configure(func(k *testbootc.Knobs) { k.Generation = b.Generation })
+	arch := "amd64"
+	if opts.Arch != nil {
+		arch = opts.Arch(i)
+	}
 	n := &SimNode{
 		Name: nodeName, Pool: p.Name, Machine: m, bootc: testbootc.NewMem(m),
-		Kubelet:   &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{"bootc.dev/pool": p.Name}},
+		Kubelet:   &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{"bootc.dev/pool": p.Name}, OS: "linux", Arch: arch},
 		behaviour: b, log: f.Log, rest: cfg, stateDir: stateDir,
 		logger: f.logger.With("node", nodeName),
 	}

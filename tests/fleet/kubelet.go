@@ -18,6 +18,9 @@ type Kubelet struct {
 	Client kubernetes.Interface
 	Node   string
 	Labels map[string]string
+	// OS and Arch are what it reports as nodeInfo.operatingSystem and
+	// .architecture (a kubelet's runtime.GOOS and GOARCH); empty: not written.
+	OS, Arch string
 }
 
 // Register creates the Node (or takes over an existing one), Ready in bootID.
@@ -57,6 +60,9 @@ func (k *Kubelet) SetReady(ctx context.Context, ready bool, bootID string) error
 		}
 		if bootID != "" {
 			n.Status.NodeInfo.BootID = bootID
+		}
+		if k.Arch != "" {
+			n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = k.OS, k.Arch
 		}
 		_, err = k.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err

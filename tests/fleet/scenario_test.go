@@ -267,3 +267,22 @@ func TestLostStageIsStagedAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiArchIndexRollout: a pool of amd64 and arm64 nodes rolls out a
+// multi-arch index, then a second one mid-rollout; each node ends on its
+// own platform's image (docs/design.md, amendment 12).
+// Replay: go test ./tests/fleet -run TestMultiArchIndexRollout -seeds 3 -v
+func TestMultiArchIndexRollout(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	all := seeds(t, 2)
+	f := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for r := range runSeeds(all, *batchFlag, func(seed int64) (Result, []Fault) { return MultiArchIndex(ctx, f, seed), nil }) {
+		if r.Failed() {
+			t.Errorf("%s\nreplay: go test ./tests/fleet -run TestMultiArchIndexRollout -seeds %d", r, r.Seed)
+		} else {
+			t.Logf("seed %d: ok in %s, reboots %v", r.Seed, r.Duration.Round(time.Millisecond), r.Reboots)
+		}
+	}
+}

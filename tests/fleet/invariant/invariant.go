@@ -121,8 +121,13 @@ type Pool struct {
 
 // FinalNode is a node's state at the end of the run.
 type FinalNode struct {
-	Pool    string
-	Booted  string // repo@sha256 booted
+	Pool   string
+	Booted string // repo@sha256 booted
+	// Target, when set, is the image this node must end on instead of its
+	// pool's target: for a multi-arch index, the image of the node's
+	// platform (bootc never boots, nor reports, the index itself). The
+	// harness sets it from what it pushed, never from the coordinator.
+	Target  string
 	Phase   string
 	Reason  string
 	Healthy bool // the harness let it come back (not a never-returning node)
@@ -312,7 +317,7 @@ func checkOneRebootPerGrant(evs []Event) []Violation {
 }
 
 // checkConvergence is I4: every healthy node ends booted on its pool's
-// target; a node that cannot is Degraded with a reason; the pool halts after
+// target (or its own, FinalNode.Target); a node that cannot is Degraded with a reason; the pool halts after
 // haltAfterFailures such nodes.
 func checkConvergence(evs []Event, pools map[string]Pool, final Final) []Violation {
 	var out []Violation
@@ -320,6 +325,9 @@ func checkConvergence(evs []Event, pools map[string]Pool, final Final) []Violati
 	for _, name := range sortedKeys(final.Nodes) {
 		n := final.Nodes[name]
 		target := final.Target[n.Pool]
+		if n.Target != "" {
+			target = n.Target
+		}
 		switch {
 		case n.Healthy && n.Booted != target:
 			out = append(out, Violation{"I4", name, fmt.Sprintf("healthy node ended booted on %s, target %s (phase %s %s)", n.Booted, target, n.Phase, n.Reason), lastOf(evs, name, 8)})

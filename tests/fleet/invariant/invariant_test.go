@@ -234,3 +234,32 @@ func TestUnlockedStagedDeploymentIsGated(t *testing.T) {
 		})
 	}
 }
+
+// A multi-arch index: the pool's target is the index, each node must end on
+// its own platform's image.
+func TestConvergenceJudgesEachNodeByItsPlatformImage(t *testing.T) {
+	const index = "q.io/os@sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+	for _, c := range []struct {
+		name   string
+		booted string
+		ok     bool
+	}{
+		{"its platform's image", imgB, true},
+		{"the index digest (bootc never reports it)", index, false},
+		{"another platform's image", imgA, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := Final{Target: map[string]string{"p": index}, Halted: map[string]bool{},
+				Nodes: map[string]FinalNode{"n1": {Pool: "p", Booted: c.booted, Target: imgB, Phase: "Idle", Healthy: true}}}
+			v := Check(cleanRun().evs, pools, f)
+			if c.ok != (len(v) == 0) {
+				t.Fatalf("booted %s with target %s: violations %v, want ok=%v", c.booted, imgB, v, c.ok)
+			}
+			for _, x := range v {
+				if x.Invariant != "I4" || !strings.Contains(x.Message, "target "+imgB) {
+					t.Fatalf("violation %v does not judge by the node's own target", x)
+				}
+			}
+		})
+	}
+}
