@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -401,12 +402,16 @@ func (f *ProcFleet) CheckInvocations() error {
 			errs = append(errs, err)
 			continue
 		}
+		// A stage is one switch (then, on bootc 1.16, an upgrade
+		// --download-only that locks it); an apply is upgrade
+		// --from-downloaded; --help is the agent's probe.
 		switches, upgrades := 0, 0
 		for _, i := range inv {
 			switch {
-			case len(i.Args) > 0 && i.Args[0] == "switch":
+			case len(i.Args) == 0 || slices.Contains(i.Args, "--help"):
+			case i.Args[0] == "switch":
 				switches++
-			case len(i.Args) > 0 && i.Args[0] == "upgrade":
+			case i.Args[0] == "upgrade" && slices.Contains(i.Args, "--from-downloaded"):
 				upgrades++
 			}
 		}
