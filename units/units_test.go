@@ -124,12 +124,15 @@ func unitKeys(t *testing.T, path string) map[string][]string {
 func TestAgentServiceContract(t *testing.T) {
 	k := unitKeys(t, "bootc-fleet-agent.service")
 	want := map[string]string{
-		"Type":                "notify",
-		"NotifyAccess":        "main",
-		"WatchdogSec":         "30s",
-		"Restart":             "always",
-		"StateDirectory":      "bootc-fleet",
-		"ConditionPathExists": "/run/ostree-booted",
+		"Type":           "notify",
+		"NotifyAccess":   "main",
+		"WatchdogSec":    "30s",
+		"Restart":        "always",
+		"StateDirectory": "bootc-fleet",
+		// Either condition starts it: an ostree host or a native
+		// composefs host (which writes no /run/ostree-booted).
+		"ConditionPathExists":        "|/run/ostree-booted",
+		"ConditionKernelCommandLine": "|composefs",
 	}
 	for key, v := range want {
 		if got := k[key]; len(got) != 1 || got[0] != v {
