@@ -164,12 +164,18 @@ func (s generationSpec) parseFlags(cmd, usage string, args []string) (parsedFlag
 			p.set[name] = true
 			continue
 		}
+		if p.set[name] {
+			return p, &usageError{msg: fmt.Sprintf("error: the argument '%s %s' cannot be used multiple times\n\nUsage: %s\n\nFor more information, try '--help'.\n", name, f.value, usage)}
+		}
 		if !hasValue {
-			if i+1 >= len(args) {
-				return p, &usageError{msg: fmt.Sprintf("error: a value is required for '%s %s' but none was supplied\n\nFor more information, try '--help'.\n", name, f.value)}
+			// clap takes the next word as the value unless it is an option.
+			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				i++
+				value, hasValue = args[i], true
 			}
-			i++
-			value = args[i]
+		}
+		if !hasValue || value == "" {
+			return p, &usageError{msg: fmt.Sprintf("error: a value is required for '%s %s' but none was supplied\n%s\nFor more information, try '--help'.\n", name, f.value, possibleValues(name))}
 		}
 		if name == "--soft-reboot" {
 			if value != "required" && value != "auto" {
@@ -188,4 +194,11 @@ type usageError struct{ msg string }
 
 func unexpectedArg(arg, usage string) *usageError {
 	return &usageError{msg: fmt.Sprintf("error: unexpected argument '%s' found\n\n  tip: to pass '%s' as a value, use '-- %s'\n\nUsage: %s\n\nFor more information, try '--help'.\n", arg, arg, arg, usage)}
+}
+
+func possibleValues(flag string) string {
+	if flag == "--soft-reboot" {
+		return "  [possible values: required, auto]\n"
+	}
+	return ""
 }
