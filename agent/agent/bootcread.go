@@ -25,17 +25,23 @@ type bootcProbe struct {
 // readStatus runs bootc status, feeding the watchdog while it waits (bootc
 // status waits for the sysroot lock while another bootc holds it).
 func (r *runner) readStatus(ctx context.Context) (bootc.Status, error) {
+	return awaitBootc(ctx, r, r.deps.Bootc.Status)
+}
+
+// awaitBootc runs fn under the command timeout, feeding the watchdog while
+// it waits.
+func awaitBootc[T any](ctx context.Context, r *runner, fn func(context.Context) (T, error)) (T, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
 	defer cancel()
-	var st bootc.Status
+	var v T
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		st, err = r.deps.Bootc.Status(cctx)
+		v, err = fn(cctx)
 		done <- err
 	}()
 	err := r.await(ctx, done)
-	return st, err
+	return v, err
 }
 
 // bootcSupport probes bootc once per boot (again after a failed probe).
@@ -46,17 +52,9 @@ func (r *runner) bootcSupport(ctx context.Context, boot decide.BootIdentity) dec
 	if r.stage != nil && r.probe != nil {
 		return r.probe.support // never probe behind our own pull
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
-	defer cancel()
-	var caps bootc.Capabilities
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		caps, err = r.deps.Bootc.Probe(cctx)
-		done <- err
-	}()
-	p := &bootcProbe{boot: boot, caps: caps}
-	if err := r.await(ctx, done); err != nil {
+	caps, err := awaitBootc(ctx, r, r.deps.Bootc.Probe)
+	p := &bootcProbe{boot: boot}
+	if err != nil {
 		p.support = decide.BootcSupport{Problem: "bootc probe failed: " + err.Error()}
 		p.retryAt = r.now().Add(max(r.cfg.RereadInterval, time.Second))
 		r.log.Error("could not learn what bootc supports; retrying", "err", err, "retryIn", p.retryAt.Sub(r.now()))

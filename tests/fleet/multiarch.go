@@ -185,15 +185,7 @@ func MultiArchIndex(ctx context.Context, f *Fleet, seed int64) Result {
 	res.Problems = append(res.Problems, ownPlatformOnly(p, []Index{v2, v3})...)
 	res.Violations = p.CheckEach(v3.Ref, targets, invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter})
 	res.Reboots = p.Reboots()
-	grants := p.RebootGrants()
-	for _, n := range p.NodeNames() {
-		if res.Reboots[n] != grants[n] {
-			res.Problems = append(res.Problems, fmt.Sprintf("node %s: %d reboots for %d reboot grants that reached phase Reboot", n, res.Reboots[n], grants[n]))
-		}
-		if res.Reboots[n] == 0 {
-			res.Problems = append(res.Problems, fmt.Sprintf("node %s never rebooted", n))
-		}
-	}
+	res.Problems = append(res.Problems, rebootsMatchGrants(p, res.Reboots)...)
 	res.Duration = time.Since(start)
 	if !res.Failed() {
 		p.Remove()

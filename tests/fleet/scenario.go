@@ -131,15 +131,7 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
 	res.Violations = p.Check(v3, invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter})
 	res.Reboots = p.Reboots()
-	grants := p.RebootGrants()
-	for _, n := range p.NodeNames() {
-		if res.Reboots[n] != grants[n] {
-			res.Problems = append(res.Problems, fmt.Sprintf("node %s: %d reboots for %d reboot grants that reached phase Reboot", n, res.Reboots[n], grants[n]))
-		}
-		if res.Reboots[n] == 0 {
-			res.Problems = append(res.Problems, fmt.Sprintf("node %s never rebooted", n))
-		}
-	}
+	res.Problems = append(res.Problems, rebootsMatchGrants(p, res.Reboots)...)
 	res.Duration = time.Since(start)
 	if !res.Failed() {
 		p.Remove()
@@ -337,4 +329,20 @@ func generationFor(k int64) testbootc.Generation {
 		return testbootc.GenSwitchDownloadOnly
 	}
 	return testbootc.Gen1_16
+}
+
+// rebootsMatchGrants: every node rebooted, exactly once per reboot grant
+// that reached phase Reboot.
+func rebootsMatchGrants(p *Pool, reboots map[string]int) []string {
+	var out []string
+	grants := p.RebootGrants()
+	for _, n := range p.NodeNames() {
+		if reboots[n] != grants[n] {
+			out = append(out, fmt.Sprintf("node %s: %d reboots for %d reboot grants that reached phase Reboot", n, reboots[n], grants[n]))
+		}
+		if reboots[n] == 0 {
+			out = append(out, fmt.Sprintf("node %s never rebooted", n))
+		}
+	}
+	return out
 }
