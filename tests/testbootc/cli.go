@@ -26,7 +26,7 @@ const usage = `Usage: bootc <COMMAND>
 Commands (simulated):
   status    Display status (--format=json|yaml, --json)
   switch    Target a new container image reference (--download-only <TARGET>)
-  upgrade   Apply a downloaded update (--from-downloaded)
+  upgrade   Apply a downloaded update (--from-downloaded [--soft-reboot=auto|required])
 
 Simulation only:
   sim-init --booted <REF>                     Start a fresh state booted on REF
@@ -224,13 +224,40 @@ func hang(d Dir, ignoreTERM bool, stderr io.Writer) int {
 	return exitError
 }
 
+// upgrade is `bootc upgrade --from-downloaded [--soft-reboot=auto|required]`
+// with clap's parsing of the option (`--soft-reboot=auto` or
+// `--soft-reboot auto`, values case-sensitive, at most once) and bootc's
+// messages (crates/lib/src/cli.rs, upgrade() and soft_reboot_staged).
 func upgrade(d Dir, args []string, stdout, stderr io.Writer) int {
 	fromDownloaded := false
-	for _, a := range args {
-		switch a {
-		case "--from-downloaded":
+	var mode SoftRebootMode
+	seenMode := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--from-downloaded":
 			fromDownloaded = true
-		case "--quiet":
+		case a == "--quiet":
+		case a == "--soft-reboot" || strings.HasPrefix(a, "--soft-reboot="):
+			v, hasValue := strings.CutPrefix(a, "--soft-reboot=")
+			if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				i++
+				v, hasValue = args[i], true
+			}
+			if seenMode {
+				fmt.Fprint(stderr, "error: the argument '--soft-reboot <SOFT_REBOOT>' cannot be used multiple times\n\nUsage: bootc upgrade [OPTIONS]\n\nFor more information, try '--help'.\n")
+				return exitUsage
+			}
+			seenMode = true
+			switch {
+			case !hasValue || v == "":
+				fmt.Fprint(stderr, "error: a value is required for '--soft-reboot <SOFT_REBOOT>' but none was supplied\n  [possible values: required, auto]\n\nFor more information, try '--help'.\n")
+				return exitUsage
+			case v != string(SoftRebootAuto) && v != string(SoftRebootRequired):
+				fmt.Fprintf(stderr, "error: invalid value '%s' for '--soft-reboot <SOFT_REBOOT>'\n  [possible values: required, auto]\n\nFor more information, try '--help'.\n", v)
+				return exitUsage
+			}
+			mode = SoftRebootMode(v)
 		default:
 			return unexpected(stderr, "upgrade", a)
 		}
@@ -239,11 +266,26 @@ func upgrade(d Dir, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "error: test-bootc: upgrade without --from-downloaded needs a registry\n")
 		return exitError
 	}
-	if err := d.Update(func(m *Machine) error { return m.Apply() }); err != nil {
-		return result(stderr, err)
+	var wasLocked, prepared bool
+	err := d.Update(func(m *Machine) error {
+		st := m.State()
+		wasLocked = st.Staged != nil && st.Staged.DownloadOnly
+		err := m.ApplySoft(mode)
+		prepared = mode != "" && st.Staged != nil && m.State().NextRoot == st.Staged.Digest
+		return err
+	})
+	if err == nil || errors.Is(err, ErrSoftRebootNotCapable) {
+		// bootc unlocks before it looks at --soft-reboot.
+		if wasLocked {
+			fmt.Fprint(stdout, "Staged deployment will now be applied on reboot\n")
+		} else {
+			fmt.Fprint(stdout, "Staged deployment is already set to apply on reboot\n")
+		}
 	}
-	fmt.Fprint(stdout, "Staged update will be applied on the next reboot.\n")
-	return exitOK
+	if prepared {
+		fmt.Fprint(stdout, "Staged deployment is soft-reboot capable, preparing for soft-reboot...\n")
+	}
+	return result(stderr, err)
 }
 
 func simInit(d Dir, args []string, stderr io.Writer) int {

@@ -83,6 +83,12 @@ func TestExecutableCommandLine(t *testing.T) {
 		{"upgrade without --from-downloaded", []string{"upgrade"}, 1, "", "needs a registry", ""},
 		{"upgrade with nothing staged", []string{"upgrade", "--from-downloaded"}, 1, "", "No staged deployment", ""},
 		{"upgrade unknown flag", []string{"upgrade", "--from-downloaded", "--apply"}, 2, "", "unexpected argument '--apply'", ""},
+		{"upgrade --soft-reboot bad value", []string{"upgrade", "--from-downloaded", "--soft-reboot=sometimes"}, 2, "", "invalid value 'sometimes' for '--soft-reboot <SOFT_REBOOT>'\n  [possible values: required, auto]", ""},
+		{"upgrade --soft-reboot values are case-sensitive", []string{"upgrade", "--from-downloaded", "--soft-reboot", "Auto"}, 2, "", "invalid value 'Auto'", ""},
+		{"upgrade --soft-reboot without value", []string{"upgrade", "--soft-reboot", "--from-downloaded"}, 2, "", "a value is required for '--soft-reboot <SOFT_REBOOT>' but none was supplied", ""},
+		{"upgrade --soft-reboot= empty", []string{"upgrade", "--from-downloaded", "--soft-reboot="}, 2, "", "a value is required for '--soft-reboot <SOFT_REBOOT>'", ""},
+		{"upgrade --soft-reboot twice", []string{"upgrade", "--from-downloaded", "--soft-reboot=auto", "--soft-reboot=auto"}, 2, "", "cannot be used multiple times", ""},
+		{"upgrade --soft-reboot=auto with nothing staged", []string{"upgrade", "--from-downloaded", "--soft-reboot=auto"}, 1, "", "No staged deployment", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,6 +201,63 @@ func TestExecutableSimReboot(t *testing.T) {
 	want := [][]string{{"switch", "--download-only", refB}, {"upgrade", "--from-downloaded"}, {"status", "--json"}, {"status", "--json"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("recorded %q, want %q", got, want)
+	}
+}
+
+// upgrade --from-downloaded --soft-reboot=auto|required prepares the soft
+// reboot (bootc's messages), and only then does a soft reboot enter the
+// staged deployment.
+func TestExecutableUpgradeSoftReboot(t *testing.T) {
+	tests := []struct {
+		name      string
+		capable   bool
+		args      []string
+		code      int
+		stdout    []string // lines, in order
+		stderrHas string
+		wantBoot  string // booted digest after sim-soft-reboot
+	}{
+		{"auto, capable", true, []string{"--soft-reboot=auto"}, 0,
+			[]string{"Staged deployment will now be applied on reboot", "Staged deployment is soft-reboot capable, preparing for soft-reboot..."}, "", dB},
+		{"auto as two arguments", true, []string{"--soft-reboot", "auto"}, 0,
+			[]string{"Staged deployment will now be applied on reboot", "Staged deployment is soft-reboot capable, preparing for soft-reboot..."}, "", dB},
+		{"required, capable", true, []string{"--soft-reboot=required"}, 0,
+			[]string{"Staged deployment will now be applied on reboot", "Staged deployment is soft-reboot capable, preparing for soft-reboot..."}, "", dB},
+		{"auto, not capable: unlocked, nothing prepared", false, []string{"--soft-reboot=auto"}, 0,
+			[]string{"Staged deployment will now be applied on reboot"}, "", dA},
+		{"required, not capable: unlocked, then bootc's error", false, []string{"--soft-reboot=required"}, 1,
+			[]string{"Staged deployment will now be applied on reboot"},
+			"error: Upgrading: Handling staged soft reboot: Handling soft reboot: Soft reboot was required but staged deployment is not soft-reboot capable", dA},
+		{"no --soft-reboot, capable: a soft reboot keeps the old root", true, nil, 0,
+			[]string{"Staged deployment will now be applied on reboot"}, "", dA},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := initDir(t)
+			if err := d.Configure(func(k *Knobs) { k.SoftRebootCapable = tc.capable }); err != nil {
+				t.Fatal(err)
+			}
+			if r := self(t, d, "switch", "--download-only", refB); r.code != 0 {
+				t.Fatalf("switch: %+v", r)
+			}
+			r := self(t, d, append([]string{"upgrade", "--from-downloaded"}, tc.args...)...)
+			if got := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != tc.code || !reflect.DeepEqual(got, tc.stdout) || !strings.Contains(r.stderr, tc.stderrHas) {
+				t.Fatalf("upgrade: exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q", r.code, got, r.stderr, tc.code, tc.stdout, tc.stderrHas)
+			}
+			if r := self(t, d, "upgrade", "--from-downloaded"); r.code != 0 || strings.TrimSpace(r.stdout) != "Staged deployment is already set to apply on reboot" {
+				t.Fatalf("second upgrade: %+v", r)
+			}
+			if r := self(t, d, "sim-soft-reboot"); r.code != 0 {
+				t.Fatalf("sim-soft-reboot: %+v", r)
+			}
+			st, err := bootc.Parse([]byte(self(t, d, "status", "--json").stdout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Booted == nil || st.Booted.Digest != tc.wantBoot {
+				t.Fatalf("after the soft reboot booted %+v, want %s", st.Booted, tc.wantBoot)
+			}
+		})
 	}
 }
 

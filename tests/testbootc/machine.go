@@ -70,6 +70,10 @@ type State struct {
 	Knobs           Knobs       `json:"knobs"`
 	// Stale, when set, is returned by Status instead of the current document.
 	Stale *Stale `json:"stale,omitempty"`
+	// NextRoot is the digest of the deployment a soft reboot was prepared
+	// for (ostree's /run/nextroot), if any. It lives in /run: a reboot and
+	// the soft reboot that uses it clear it.
+	NextRoot string `json:"nextRoot,omitempty"`
 }
 
 // Stale is a frozen status document returned until Until (or, with a zero
@@ -87,6 +91,19 @@ var (
 	ErrTagRef     = errors.New("test-bootc: tag refs need a registry")
 	ErrNoStaged   = errors.New("No staged deployment found")
 	ErrInvalidRef = errors.New("test-bootc: invalid image reference")
+	// ErrSoftRebootNotCapable is bootc's error for --soft-reboot=required on
+	// a staged deployment that is not soft-reboot capable, with the context
+	// bootc's upgrade path adds (crates/lib/src/cli.rs, handle_soft_reboot).
+	ErrSoftRebootNotCapable = errors.New("Upgrading: Handling staged soft reboot: Handling soft reboot: Soft reboot was required but staged deployment is not soft-reboot capable")
+)
+
+// SoftRebootMode is bootc's --soft-reboot value (crates/lib/src/cli.rs,
+// SoftRebootMode): "" (the flag not given), "auto" or "required".
+type SoftRebootMode string
+
+const (
+	SoftRebootAuto     SoftRebootMode = "auto"
+	SoftRebootRequired SoftRebootMode = "required"
 )
 
 // FailureError is returned when a Failure knob fired.
@@ -234,16 +251,39 @@ func ParseSwitchRef(ref string) (imageref.Pinned, error) {
 }
 
 // Apply unlocks the staged deployment (`bootc upgrade --from-downloaded`).
-func (m *Machine) Apply() error {
+// It prepares no soft reboot.
+func (m *Machine) Apply() error { return m.ApplySoft("") }
+
+// ApplySoft is `bootc upgrade --from-downloaded --soft-reboot=<mode>`: it
+// unlocks the staged deployment and then, with a mode, prepares a soft
+// reboot into it if the staged deployment is soft-reboot capable (bootc
+// crates/lib/src/cli.rs: upgrade() with from_downloaded calls
+// handle_staged_soft_reboot, which runs ostree's deployment_set_soft_reboot,
+// setting up /run/nextroot). "auto" on an incapable deployment prepares
+// nothing and succeeds; "required" fails, after the unlock, as bootc does.
+// Capability is the staged entry's as read before the unlock, as bootc reads
+// host status once at the start of upgrade.
+func (m *Machine) ApplySoft(mode SoftRebootMode) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if mode != "" && mode != SoftRebootAuto && mode != SoftRebootRequired {
+		return fmt.Errorf("test-bootc: soft-reboot mode %q is neither auto nor required", mode)
+	}
 	if err := fire(&m.s.Knobs.ApplyFailure); err != nil {
 		return err
 	}
 	if m.s.Staged == nil {
 		return ErrNoStaged
 	}
+	capable := m.s.Staged.SoftRebootCapable
 	m.s.Staged.DownloadOnly = false
+	switch {
+	case mode == "":
+	case capable:
+		m.s.NextRoot = m.s.Staged.Digest
+	case mode == SoftRebootRequired:
+		return ErrSoftRebootNotCapable
+	}
 	return nil
 }
 
@@ -257,13 +297,15 @@ type RebootOptions struct {
 
 // Reboot plays a full reboot: an unlocked staged deployment becomes booted
 // (the old booted becomes rollback); a locked one is not applied. The boot ID
-// changes. It returns the new boot ID.
+// changes, and a prepared soft reboot (in /run) is gone. It returns the new
+// boot ID.
 func (m *Machine) Reboot(opts RebootOptions) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pre := render(m.s)
 	preBoot := m.bootLocked()
 	m.transition(true)
+	m.s.NextRoot = ""
 	m.s.BootID = NewBootID()
 	m.s.Reboots++
 	m.stale(pre, preBoot, opts)
@@ -271,17 +313,24 @@ func (m *Machine) Reboot(opts RebootOptions) string {
 }
 
 // SoftReboot plays a systemd soft reboot: the kernel stays, so the boot ID
-// does not change and the soft-reboot count grows. Only an unlocked,
-// soft-reboot capable staged deployment is entered; otherwise userspace
-// restarts on the same deployment.
+// does not change and the soft-reboot count grows. systemd switches into
+// /run/nextroot when it holds an OS tree (systemd-soft-reboot.service(8)),
+// and for ostree only `bootc upgrade/switch --soft-reboot=auto|required` on
+// a soft-reboot capable staged deployment puts it there (bootc
+// crates/lib/src/cli.rs, prepare_soft_reboot: ostree's
+// deployment_set_soft_reboot). So the staged deployment is entered only if
+// it was unlocked and prepared that way and is still the one staged;
+// otherwise userspace restarts on the same deployment, and the staged
+// deployment stays as it was. The prepared root is used up either way.
 func (m *Machine) SoftReboot(opts RebootOptions) uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pre := render(m.s)
 	preBoot := m.bootLocked()
-	if st := m.s.Staged; st != nil && !st.DownloadOnly && st.SoftRebootCapable {
+	if st := m.s.Staged; st != nil && !st.DownloadOnly && st.SoftRebootCapable && m.s.NextRoot == st.Digest {
 		m.transition(false)
 	}
+	m.s.NextRoot = ""
 	m.s.SoftRebootCount++
 	m.s.SoftReboots++
 	m.stale(pre, preBoot, opts)
