@@ -43,6 +43,7 @@ type memBootc struct {
 	hold     bool
 	mu       sync.Mutex
 	switches []string
+	applies  []bootc.SoftReboot
 	canceled int
 }
 
@@ -68,7 +69,12 @@ func (b *memBootc) Switch(ctx context.Context, img imageref.Pinned) error {
 	return b.m.Switch(img.String())
 }
 
-func (b *memBootc) ApplyStaged(context.Context) error { return b.m.Apply() }
+func (b *memBootc) ApplyStaged(_ context.Context, mode bootc.SoftReboot) error {
+	b.mu.Lock()
+	b.applies = append(b.applies, mode)
+	b.mu.Unlock()
+	return b.m.ApplySoft(testbootc.SoftRebootMode(mode))
+}
 
 func (b *memBootc) counts() (switches, canceled int) {
 	b.mu.Lock()

@@ -12,7 +12,7 @@ import (
 // bootc switch --download-only in the background.
 func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.Action) bool {
 	g, ok := r.heldGrant(a.Grant)
-	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot.BootID) {
+	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot) {
 		return false
 	}
 	sctx, cancel := context.WithCancel(ctx)

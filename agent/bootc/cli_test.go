@@ -92,7 +92,7 @@ func TestCLIStageAndApply(t *testing.T) {
 		t.Errorf("staged Pinned() = %v, %v; want %s", p, err, targetRef)
 	}
 
-	if err := cli.ApplyStaged(ctx); err != nil {
+	if err := cli.ApplyStaged(ctx, NoSoftReboot); err != nil {
 		t.Fatalf("ApplyStaged: %v", err)
 	}
 	s, err = cli.Status(ctx)
@@ -112,6 +112,53 @@ func TestCLIStageAndApply(t *testing.T) {
 	}
 	if got := invocations(t, d); !reflect.DeepEqual(got, want) {
 		t.Errorf("bootc ran\n%q\nwant\n%q", got, want)
+	}
+}
+
+// With a soft-reboot mode the unlock also prepares the soft reboot, which
+// only then enters the staged deployment (testbootc models bootc and ostree).
+func TestCLIApplyStagedSoftReboot(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mode     SoftReboot
+		capable  bool
+		wantArgs []string
+		wantErr  error
+		wantBoot string // booted digest after a soft reboot
+	}{
+		{"auto prepares a capable deployment", SoftRebootAuto, true, []string{"upgrade", "--from-downloaded", "--soft-reboot=auto"}, nil, d16dc},
+		{"auto on an incapable deployment prepares nothing", SoftRebootAuto, false, []string{"upgrade", "--from-downloaded", "--soft-reboot=auto"}, nil, d736b},
+		{"required on an incapable deployment fails", SoftRebootRequired, false, []string{"upgrade", "--from-downloaded", "--soft-reboot=required"}, ErrFailed, d736b},
+		{"no mode prepares nothing", NoSoftReboot, true, []string{"upgrade", "--from-downloaded"}, nil, d736b},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, cli := newHost(t, testbootc.Knobs{SoftRebootCapable: tc.capable})
+			ctx := context.Background()
+			if err := cli.Switch(ctx, mustPinned(t, targetRef)); err != nil {
+				t.Fatal(err)
+			}
+			err := cli.ApplyStaged(ctx, tc.mode)
+			if (tc.wantErr == nil && err != nil) || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("ApplyStaged(%q) = %v, want %v", tc.mode, err, tc.wantErr)
+			}
+			if got := invocations(t, d); !reflect.DeepEqual(got[len(got)-1], tc.wantArgs) {
+				t.Errorf("bootc ran %q, want %q", got[len(got)-1], tc.wantArgs)
+			}
+			if err := d.Update(func(m *testbootc.Machine) error { m.SoftReboot(testbootc.RebootOptions{}); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			s, err := cli.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Booted == nil || s.Booted.Digest != tc.wantBoot {
+				t.Fatalf("after a soft reboot booted %+v, want %s", s.Booted, tc.wantBoot)
+			}
+		})
+	}
+	_, cli := newHost(t, testbootc.Knobs{})
+	if err := cli.ApplyStaged(context.Background(), "sometimes"); !errors.Is(err, ErrInvalidSoftReboot) {
+		t.Fatalf("ApplyStaged with an unknown mode = %v, want ErrInvalidSoftReboot", err)
 	}
 }
 
