@@ -31,8 +31,10 @@ type Bootc interface {
 	// Stage stages exactly img, locked (download-only), with a sequence
 	// caps allow; cancelling ctx stops it.
 	Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities) error
-	// ApplyStaged unlocks the staged deployment (upgrade --from-downloaded).
-	ApplyStaged(ctx context.Context) error
+	// ApplyStaged unlocks the staged deployment (upgrade --from-downloaded)
+	// and, with a soft-reboot mode, prepares a soft reboot into it
+	// (--soft-reboot=auto) when bootc says it is capable.
+	ApplyStaged(ctx context.Context, mode bootc.SoftReboot) error
 }
 
 // Host is the machine: its boot identity and its reboot.
@@ -42,6 +44,8 @@ type Host interface {
 	// SoftRebootsCount is systemd's counter; supported is false on a
 	// systemd without it (then the count is 0 and soft reboot is not offered).
 	SoftRebootsCount(ctx context.Context) (count uint32, supported bool, err error)
+	// Reboot and SoftReboot ask logind (Reboot, RebootWithFlags with
+	// SD_LOGIND_SOFT_REBOOT) and return once it accepted.
 	Reboot(ctx context.Context) error
 	SoftReboot(ctx context.Context) error
 }
@@ -97,6 +101,7 @@ type Step struct {
 	Grant           lease.ID
 	Image           string
 	BootID          string
+	SoftRebootCount uint32
 }
 
 // Config is the agent's configuration.

@@ -100,7 +100,7 @@ var errNotConfirmed = errors.New("grant not confirmed")
 // agent's last accepted heartbeat recent enough. Any error means "do not
 // act"; the next round looks again. On success the step is traced and
 // logged with the resourceVersion the read returned.
-func (r *runner) confirm(ctx context.Context, want decide.HeldGrant, act lease.Action, step, image, bootID string) bool {
+func (r *runner) confirm(ctx context.Context, want decide.HeldGrant, act lease.Action, step, image string, boot decide.BootIdentity) bool {
 	cctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	l, err := r.kube.readLease(cctx, want.Lease)
@@ -109,11 +109,14 @@ func (r *runner) confirm(ctx context.Context, want decide.HeldGrant, act lease.A
 	if err == nil {
 		g, err = lease.Parse(l)
 	}
-	if err == nil && (g.ID != want.ID || g.Image != want.Image || g.Phase != want.Phase || g.BootID != want.BootID || g.Failure != want.Failure) {
-		err = fmt.Errorf("%w: the API server has %s (image %s, phase %q, boot %s, failure %q)", errNotConfirmed, g.ID, g.Image, g.Phase, g.BootID, g.Failure)
+	if err == nil && (g.ID != want.ID || g.Image != want.Image || g.Phase != want.Phase || g.BootID != want.BootID ||
+		g.SoftRebootCount != want.SoftRebootCount || g.Failure != want.Failure) {
+		err = fmt.Errorf("%w: the API server has %s (image %s, phase %q, boot %s, soft reboots %d, failure %q)", errNotConfirmed,
+			g.ID, g.Image, g.Phase, g.BootID, g.SoftRebootCount, g.Failure)
 	}
 	if err == nil {
-		err = g.Allows(lease.Check{Node: r.cfg.NodeName, Action: act, Image: image, BootID: bootID, Now: r.now(), LastHeartbeat: want.LastHeartbeat})
+		err = g.Allows(lease.Check{Node: r.cfg.NodeName, Action: act, Image: image, BootID: boot.BootID,
+			SoftRebootCount: boot.SoftRebootCount, Now: r.now(), LastHeartbeat: want.LastHeartbeat})
 	}
 	if err != nil {
 		r.log.Info("grant not confirmed; not acting", "step", step, "lease", want.Lease, "grant", want.ID.String(), "err", err)
@@ -123,10 +126,10 @@ func (r *runner) confirm(ctx context.Context, want decide.HeldGrant, act lease.A
 		return false
 	}
 	r.log.Info("grant confirmed", "step", step, "lease", want.Lease, "resourceVersion", l.ResourceVersion,
-		"grant", g.ID.String(), "image", g.Image.String(), "bootID", bootID)
+		"grant", g.ID.String(), "image", g.Image.String(), "bootID", boot.BootID, "softRebootCount", boot.SoftRebootCount)
 	if r.deps.Trace != nil {
 		r.deps.Trace(Step{Kind: step, Lease: want.Lease, ResourceVersion: l.ResourceVersion, Grant: g.ID,
-			Image: g.Image.String(), BootID: bootID})
+			Image: g.Image.String(), BootID: boot.BootID, SoftRebootCount: boot.SoftRebootCount})
 	}
 	return true
 }

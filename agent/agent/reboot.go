@@ -31,8 +31,10 @@ func (r *runner) clearRecord(o decide.Observation, a decide.Action) bool {
 }
 
 // applyAndReboot: write the record (first use of the grant), report
-// Rebooting, re-read status and check the staged digest, unlock, re-read and
-// check again, then reboot through D-Bus.
+// Rebooting, re-read status and check the staged digest, unlock (preparing a
+// soft reboot when a.Soft), re-read and check again, then reboot through
+// logind: soft only if the re-read shows bootc prepared it
+// (decide.SoftAfterUnlock), else fully.
 func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a decide.Action) bool {
 	if a.WriteRecord {
 		rec := record.Record{Grant: a.Grant, Image: a.Image.String(), BootID: o.Boot.BootID,
@@ -41,56 +43,70 @@ func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a dec
 			r.log.Error("could not write the reboot record; not rebooting", "err", err)
 			return false
 		}
-		r.log.Info("reboot recorded", "grant", a.Grant.String(), "image", a.Image.String(), "boot", o.Boot.String())
+		r.log.Info("reboot recorded", "grant", a.Grant.String(), "image", a.Image.String(), "boot", o.Boot.String(), "soft", a.Soft)
 	}
 	r.report(ctx, o, bootc.Status{}, a)
-	if !r.stagedIs(ctx, o.Boot, a.Image, "before unlocking") {
+	if _, ok := r.stagedIs(ctx, o.Boot, a.Image, "before unlocking"); !ok {
 		return true
 	}
 	g, ok := r.heldGrant(a.Grant)
-	if !ok || !r.confirm(ctx, g, lease.ActionReboot, "apply", a.Image.String(), o.Boot.BootID) {
+	if !ok || !r.confirm(ctx, g, lease.ActionReboot, "apply", a.Image.String(), o.Boot) {
 		return true
+	}
+	mode := bootc.NoSoftReboot
+	if a.Soft {
+		// auto, not required: on a deployment bootc finds incapable,
+		// required would fail after unlocking, and the agent would retry
+		// an apply that cannot succeed; auto unlocks and prepares nothing,
+		// and the re-read below then picks a full reboot.
+		mode = bootc.SoftRebootAuto
 	}
 	actx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
 	done := make(chan error, 1)
-	go func() { done <- r.deps.Bootc.ApplyStaged(actx) }()
+	go func() { done <- r.deps.Bootc.ApplyStaged(actx, mode) }()
 	err := r.await(ctx, done)
 	cancel()
 	if err != nil {
-		r.log.Error("bootc upgrade --from-downloaded failed; will retry while the grant is valid", "err", err)
+		r.log.Error("bootc upgrade --from-downloaded failed; will retry while the grant is valid", "softReboot", string(mode), "err", err)
 		return false
 	}
-	if !r.stagedIs(ctx, o.Boot, a.Image, "after unlocking") {
+	staged, ok := r.stagedIs(ctx, o.Boot, a.Image, "after unlocking")
+	if !ok {
 		return true
 	}
+	soft, why := decide.SoftAfterUnlock(a, staged)
+	if a.Soft != soft {
+		r.log.Info("rebooting fully instead of soft: "+why, "grant", a.Grant.String(), "image", a.Image.String())
+	}
 	step := "reboot"
-	if a.Soft {
+	if soft {
 		step = "soft-reboot"
 	}
-	if g, ok = r.heldGrant(a.Grant); !ok || !r.confirm(ctx, g, lease.ActionReboot, step, a.Image.String(), o.Boot.BootID) {
+	if g, ok = r.heldGrant(a.Grant); !ok || !r.confirm(ctx, g, lease.ActionReboot, step, a.Image.String(), o.Boot) {
 		return true
 	}
 	rctx, rcancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
 	defer rcancel()
-	if a.Soft {
+	if soft {
 		err = r.deps.Host.SoftReboot(rctx)
 	} else {
 		err = r.deps.Host.Reboot(rctx)
 	}
 	if err != nil {
-		r.log.Error("reboot request failed; will retry while the grant is valid", "soft", a.Soft, "err", err)
+		r.log.Error("reboot request failed; will retry while the grant is valid", "soft", soft, "err", err)
 		return false
 	}
 	id := a.Grant
 	r.rebootIssued = &id
-	r.log.Info("reboot requested", "grant", a.Grant.String(), "image", a.Image.String(), "soft", a.Soft)
+	r.log.Info("reboot requested", "grant", a.Grant.String(), "image", a.Image.String(), "soft", soft, "why", why)
 	return false
 }
 
 // stagedIs re-reads bootc status and checks, in the same boot, that the
-// staged deployment is exactly img. On a mismatch it drops the record (no
-// reboot happens) and the next round reports what it finds.
-func (r *runner) stagedIs(ctx context.Context, boot decide.BootIdentity, img imageref.Pinned, when string) bool {
+// staged deployment is exactly img, and returns it as read. On a mismatch it
+// drops the record (no reboot happens) and the next round reports what it
+// finds.
+func (r *runner) stagedIs(ctx context.Context, boot decide.BootIdentity, img imageref.Pinned, when string) (*decide.Deployment, bool) {
 	st, err := r.readStatus(ctx)
 	now, _, idErr := r.identity(ctx)
 	var got imageref.Pinned
@@ -98,15 +114,15 @@ func (r *runner) stagedIs(ctx context.Context, boot decide.BootIdentity, img ima
 		got, _ = st.Staged.Pinned()
 	}
 	if err == nil && idErr == nil && now == boot && got == img {
-		return true
+		return statusOf(st, now).Staged, true
 	}
 	r.log.Error("staged deployment is not the granted image; not rebooting", "when", when,
 		"staged", got.String(), "granted", img.String(), "statusErr", err, "boot", now.String())
 	if st.Staged != nil && !st.Staged.DownloadOnly && got != img {
-		return false // leave the record: the next round reports the unlocked mismatch
+		return nil, false // leave the record: the next round reports the unlocked mismatch
 	}
 	if cerr := r.deps.Records.Clear(); cerr != nil {
 		r.log.Error("could not clear the reboot record", "err", cerr)
 	}
-	return false
+	return nil, false
 }

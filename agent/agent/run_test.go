@@ -35,8 +35,6 @@ var (
 	imgV3 = "quay.io/example/os@sha256:" + strings.Repeat("3", 64)
 )
 
-// memBootc is bootc over an in-memory testbootc.Machine, the way a fleet
-// simulation embeds the agent.
 // memBootc is the agent's real bootc CLI over an in-memory test bootc, so
 // the command lines the agent runs meet bootc's own parsing, messages and
 // sysroot lock.
@@ -46,6 +44,7 @@ type memBootc struct {
 	mem      *testbootc.Mem
 	mu       sync.Mutex
 	stages   []string
+	applies  []bootc.SoftReboot
 	canceled int
 }
 
@@ -68,6 +67,13 @@ func (b *memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Ca
 		b.mu.Unlock()
 	}
 	return err
+}
+
+func (b *memBootc) ApplyStaged(ctx context.Context, mode bootc.SoftReboot) error {
+	b.mu.Lock()
+	b.applies = append(b.applies, mode)
+	b.mu.Unlock()
+	return b.CLI.ApplyStaged(ctx, mode)
 }
 
 func (b *memBootc) counts() (stages, canceled int) {

@@ -12,7 +12,7 @@ import (
 // stage (bootc.CLI.Stage) in the background.
 func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.Action) bool {
 	g, ok := r.heldGrant(a.Grant)
-	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot.BootID) {
+	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot) {
 		return false
 	}
 	if r.probe == nil || !r.probe.support.CanStage || r.probe.boot != o.Boot {

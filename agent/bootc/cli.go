@@ -28,6 +28,28 @@ var (
 	ErrUnsupported = errors.New("bootc cannot do this")
 	// ErrNotLocked: a stage ended without the granted image staged locked.
 	ErrNotLocked = errors.New("the staged deployment is not the granted image, locked")
+	// ErrInvalidSoftReboot: ApplyStaged got a SoftReboot mode bootc does not have.
+	ErrInvalidSoftReboot = errors.New("invalid soft-reboot mode")
+)
+
+// SoftReboot is bootc's --soft-reboot mode (crates/lib/src/cli.rs,
+// SoftRebootMode). With a mode, `bootc upgrade --from-downloaded` also
+// prepares a soft reboot into the staged deployment when bootc says it is
+// soft-reboot capable (ostree's deployment_set_soft_reboot, which sets up
+// /run/nextroot); without one it prepares nothing, and a soft reboot would
+// restart userspace on the old root.
+type SoftReboot string
+
+const (
+	// NoSoftReboot prepares no soft reboot (a full reboot follows).
+	NoSoftReboot SoftReboot = ""
+	// SoftRebootAuto prepares one if the staged deployment is capable, and
+	// silently nothing otherwise.
+	SoftRebootAuto SoftReboot = "auto"
+	// SoftRebootRequired fails ("Soft reboot was required but staged
+	// deployment is not soft-reboot capable") if it is not capable, after
+	// the deployment was unlocked.
+	SoftRebootRequired SoftReboot = "required"
 )
 
 const (
@@ -89,9 +111,18 @@ func (c *CLI) Status(ctx context.Context) (Status, error) {
 }
 
 // ApplyStaged unlocks the staged deployment so the next reboot applies it:
-// `bootc upgrade --from-downloaded`. It does not fetch anything.
-func (c *CLI) ApplyStaged(ctx context.Context) error {
-	_, err := c.run(ctx, "upgrade", "--from-downloaded")
+// `bootc upgrade --from-downloaded`, plus `--soft-reboot=<mode>` unless mode
+// is NoSoftReboot. It does not fetch anything.
+func (c *CLI) ApplyStaged(ctx context.Context, mode SoftReboot) error {
+	args := []string{"upgrade", "--from-downloaded"}
+	switch mode {
+	case NoSoftReboot:
+	case SoftRebootAuto, SoftRebootRequired:
+		args = append(args, "--soft-reboot="+string(mode))
+	default:
+		return fmt.Errorf("%w: %q", ErrInvalidSoftReboot, string(mode))
+	}
+	_, err := c.run(ctx, args...)
 	return err
 }
 

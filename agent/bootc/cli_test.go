@@ -117,7 +117,7 @@ func TestCLIStageAndApply(t *testing.T) {
 			if p, err := s.Staged.Pinned(); err != nil || p.String() != targetRef {
 				t.Errorf("staged Pinned() = %v, %v; want %s", p, err, targetRef)
 			}
-			if err := cli.ApplyStaged(ctx); err != nil {
+			if err := cli.ApplyStaged(ctx, NoSoftReboot); err != nil {
 				t.Fatalf("ApplyStaged: %v", err)
 			}
 			s, err = cli.Status(ctx)
@@ -175,7 +175,7 @@ func TestCLIStageLocksAfterFailedLockStep(t *testing.T) {
 	}
 	// Unlock it as a crashed sequence would leave it, then stage again:
 	// switch says the spec is unchanged, and the lock step locks it.
-	if err := cli.ApplyStaged(ctx); err != nil {
+	if err := cli.ApplyStaged(ctx, NoSoftReboot); err != nil {
 		t.Fatal(err)
 	}
 	if err := cli.Stage(ctx, mustPinned(t, targetRef), caps); err != nil {
@@ -187,6 +187,53 @@ func TestCLIStageLocksAfterFailedLockStep(t *testing.T) {
 	}
 	if s.Staged == nil || !s.Staged.DownloadOnly {
 		t.Fatalf("staged %+v, want locked", s.Staged)
+	}
+}
+
+// With a soft-reboot mode the unlock also prepares the soft reboot, which
+// only then enters the staged deployment (testbootc models bootc and ostree).
+func TestCLIApplyStagedSoftReboot(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mode     SoftReboot
+		capable  bool
+		wantArgs []string
+		wantErr  error
+		wantBoot string // booted digest after a soft reboot
+	}{
+		{"auto prepares a capable deployment", SoftRebootAuto, true, []string{"upgrade", "--from-downloaded", "--soft-reboot=auto"}, nil, d16dc},
+		{"auto on an incapable deployment prepares nothing", SoftRebootAuto, false, []string{"upgrade", "--from-downloaded", "--soft-reboot=auto"}, nil, d736b},
+		{"required on an incapable deployment fails", SoftRebootRequired, false, []string{"upgrade", "--from-downloaded", "--soft-reboot=required"}, ErrFailed, d736b},
+		{"no mode prepares nothing", NoSoftReboot, true, []string{"upgrade", "--from-downloaded"}, nil, d736b},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, cli := newHost(t, testbootc.Knobs{SoftRebootCapable: tc.capable})
+			ctx := context.Background()
+			if err := cli.Stage(ctx, mustPinned(t, targetRef), probe(t, cli)); err != nil {
+				t.Fatal(err)
+			}
+			err := cli.ApplyStaged(ctx, tc.mode)
+			if (tc.wantErr == nil && err != nil) || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("ApplyStaged(%q) = %v, want %v", tc.mode, err, tc.wantErr)
+			}
+			if got := invocations(t, d); !reflect.DeepEqual(got[len(got)-1], tc.wantArgs) {
+				t.Errorf("bootc ran %q, want %q", got[len(got)-1], tc.wantArgs)
+			}
+			if err := d.Update(func(m *testbootc.Machine) error { m.SoftReboot(testbootc.RebootOptions{}); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			s, err := cli.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Booted == nil || s.Booted.Digest != tc.wantBoot {
+				t.Fatalf("after a soft reboot booted %+v, want %s", s.Booted, tc.wantBoot)
+			}
+		})
+	}
+	_, cli := newHost(t, testbootc.Knobs{})
+	if err := cli.ApplyStaged(context.Background(), "sometimes"); !errors.Is(err, ErrInvalidSoftReboot) {
+		t.Fatalf("ApplyStaged with an unknown mode = %v, want ErrInvalidSoftReboot", err)
 	}
 }
 

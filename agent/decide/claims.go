@@ -32,7 +32,7 @@ func Claims(o Observation, a Action) []Claim {
 		if g.Holder != o.Node || g.Failure != "" || !o.Boot.Known() {
 			continue
 		}
-		if g.BootID != o.Boot.BootID {
+		if !grantedIn(g.Grant, o.Boot) {
 			// Void in this boot (I5): a stage grant is said to be let go of,
 			// so its slot is handed on. A reboot grant of the last boot is
 			// the one the coordinator is verifying: nothing to say, and not

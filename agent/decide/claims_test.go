@@ -73,6 +73,18 @@ func TestClaims(t *testing.T) {
 			o.Grants = []HeldGrant{grant(lease.KindStage, imgV2, bootB, "")}
 			return o
 		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{stage.Lease: fleetv1.ReasonGrantedInAnotherBoot}},
+		{"a stage grant from before a soft reboot is listed as released", func() Observation {
+			o := base()
+			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{stage.Lease: fleetv1.ReasonGrantedInAnotherBoot}},
+		{"the reboot grant a soft reboot was issued under is not listed after it", func() Observation {
+			o := recorded(base(), idA(), t0.Add(-time.Minute))
+			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
+			o.Grants = []HeldGrant{reboot}
+			return o
+		}, Action{Phase: fleetv1.PhaseRebooting, Reason: ReasonSettling}, map[string]string{}},
 		{"a grant for an image no longer desired is not listed", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV1)}

@@ -498,7 +498,14 @@ func grantFor(o Observation, id lease.ID, act lease.Action, img imageref.Pinned)
 }
 
 func check(o Observation, g HeldGrant, act lease.Action, img imageref.Pinned) lease.Check {
-	return lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastHeartbeat: g.LastHeartbeat}
+	return lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID,
+		SoftRebootCount: o.Boot.SoftRebootCount, Now: o.Now, LastHeartbeat: g.LastHeartbeat}
+}
+
+// grantedIn reports whether g was issued in boot b (boot ID and soft-reboot
+// count: a soft reboot keeps the boot ID).
+func grantedIn(g lease.Grant, b BootIdentity) bool {
+	return g.BootID == b.BootID && g.SoftRebootCount == b.SoftRebootCount
 }
 
 func spent(o Observation, id lease.ID) bool {
@@ -512,11 +519,35 @@ func spent(o Observation, id lease.ID) bool {
 
 func hasGrant(o Observation, k lease.Kind, img imageref.Pinned, p lease.Phase) bool {
 	for _, g := range o.Grants {
-		if g.Holder == o.Node && g.Kind == k && g.Image == img && g.Phase == p && g.BootID == o.Boot.BootID {
+		if g.Holder == o.Node && g.Kind == k && g.Image == img && g.Phase == p && grantedIn(g.Grant, o.Boot) {
 			return true
 		}
 	}
 	return false
+}
+
+// SoftAfterUnlock says how to reboot once the staged deployment was
+// unlocked for action a, from the staged deployment as bootc status shows
+// it right after `bootc upgrade --from-downloaded --soft-reboot=auto`. It is
+// soft only if a asked for a soft reboot and the staged deployment is still
+// unlocked and soft-reboot capable: bootc's auto mode prepares the soft
+// reboot (ostree's /run/nextroot) exactly when the staged entry it read is
+// softRebootCapable, and silently does nothing otherwise (bootc
+// crates/lib/src/cli.rs, handle_soft_reboot). systemd's soft reboot without
+// /run/nextroot restarts userspace on the old root, which would spend the
+// grant without applying the image, so then the agent reboots fully.
+func SoftAfterUnlock(a Action, staged *Deployment) (soft bool, why string) {
+	switch {
+	case !a.Soft:
+		return false, "a full reboot was decided"
+	case staged == nil:
+		return false, "bootc shows no staged deployment after unlocking"
+	case staged.DownloadOnly:
+		return false, "the staged deployment is still download-only after unlocking"
+	case !staged.SoftRebootCapable:
+		return false, "bootc no longer says the staged deployment is soft-reboot capable, so it prepared no soft reboot"
+	}
+	return true, "bootc prepared the soft reboot into the staged deployment"
 }
 
 func describe(d *Deployment) string {

@@ -216,6 +216,13 @@ func TestDecide(t *testing.T) {
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
 		}, want{kind: ClearRecord, phase: fleetv1.PhaseDegraded, reason: fleetv1.ReasonBootedUnexpectedImage, spent: true, keep: true}},
+		{"rule 2: a soft reboot into the recorded image clears the record and marks the grant spent", func() Observation {
+			o := recorded(base(), idA(), t0.Add(-time.Minute))
+			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
+			o.Status.Booted = &Deployment{Image: imgV2}
+			o.Grants = []HeldGrant{rebootGrant(imgV2)}
+			return o
+		}, want{kind: ClearRecord, phase: fleetv1.PhaseIdle, reason: ReasonRebootCompleted, spent: true}},
 		{"rule 2: never stages even when the desired image changed meanwhile", func() Observation {
 			o := recorded(base(), BootIdentity{BootID: bootB}, t0.Add(-time.Minute))
 			o.Desired.Image = imgV3
@@ -286,6 +293,28 @@ func TestDecide(t *testing.T) {
 		{"rule 4: reboot grant issued in another boot is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		{"rule 4: reboot grant of this boot ID from before a soft reboot is void", func() Observation {
+			o := withStaged(base(), dep(imgV2))
+			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
+			o.Grants = []HeldGrant{rebootGrant(imgV2)} // issued at soft-reboot count 0
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		{"rule 4: reboot grant issued after a soft reboot is used in that boot", func() Observation {
+			o := withStaged(base(), dep(imgV2))
+			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
+			g := rebootGrant(imgV2)
+			g.SoftRebootCount = 1
+			o.Grants = []HeldGrant{g}
+			return o
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
+		{"rule 4: a Draining grant from before a soft reboot is not reported as draining", func() Observation {
+			o := withStaged(base(), dep(imgV2))
+			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 2, 2
+			g := grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining)
+			g.SoftRebootCount = 1
+			o.Grants = []HeldGrant{g}
 			return o
 		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
 		{"rule 4: reboot grant for another image is void", func() Observation {
@@ -372,6 +401,12 @@ func TestDecide(t *testing.T) {
 		{"rule 5: stage grant issued in another boot is void", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{grant(lease.KindStage, imgV2, bootB, "")}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		{"rule 5: stage grant from before a soft reboot is void", func() Observation {
+			o := base()
+			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
+			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
 		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
 		{"rule 5: stage grant for another image does not stage", func() Observation {
@@ -493,6 +528,31 @@ func TestDecide(t *testing.T) {
 			}
 			if got.Message == "" {
 				t.Fatalf("action without a message: %+v", got)
+			}
+		})
+	}
+}
+
+func TestSoftAfterUnlock(t *testing.T) {
+	soft := Action{Kind: ApplyAndReboot, Soft: true, Image: imgV2}
+	capable := &Deployment{Image: imgV2, SoftRebootCapable: true}
+	tests := []struct {
+		name   string
+		a      Action
+		staged *Deployment
+		want   bool
+	}{
+		{"soft when bootc still says capable after unlocking (it prepared /run/nextroot)", soft, capable, true},
+		{"full when the decision was a full reboot", Action{Kind: ApplyAndReboot, Image: imgV2}, capable, false},
+		{"full when bootc no longer says capable (auto prepared nothing)", soft, &Deployment{Image: imgV2}, false},
+		{"full when the staged deployment is still locked", soft, &Deployment{Image: imgV2, DownloadOnly: true, SoftRebootCapable: true}, false},
+		{"full when nothing is staged", soft, nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := SoftAfterUnlock(tc.a, tc.staged)
+			if got != tc.want || why == "" {
+				t.Fatalf("SoftAfterUnlock = %v (%q), want %v", got, why, tc.want)
 			}
 		})
 	}

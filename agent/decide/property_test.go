@@ -99,15 +99,17 @@ func genObservation(t *rapid.T) Observation {
 			}
 		}
 		g := HeldGrant{Grant: lease.Grant{
-			ID:       lease.ID{Lease: lease.SlotName("pool", kind, i%2), UID: uid("uid", rapid.IntRange(0, 1).Draw(t, "g.uid")), Transitions: int32(rapid.IntRange(1, 2).Draw(t, "g.tr"))},
-			Pool:     "pool",
-			Kind:     kind,
-			Holder:   node,
-			Image:    target,
-			BootID:   o.Boot.BootID,
-			Phase:    phase,
-			Renewed:  now,
-			Duration: time.Duration(rapid.IntRange(1, 120).Draw(t, "g.duration")) * time.Second,
+			ID:     lease.ID{Lease: lease.SlotName("pool", kind, i%2), UID: uid("uid", rapid.IntRange(0, 1).Draw(t, "g.uid")), Transitions: int32(rapid.IntRange(1, 2).Draw(t, "g.tr"))},
+			Pool:   "pool",
+			Kind:   kind,
+			Holder: node,
+			Image:  target,
+			BootID: o.Boot.BootID,
+			// The boot's soft-reboot count, wrong now and then.
+			SoftRebootCount: o.Boot.SoftRebootCount,
+			Phase:           phase,
+			Renewed:         now,
+			Duration:        time.Duration(rapid.IntRange(1, 120).Draw(t, "g.duration")) * time.Second,
 		}}
 		if !likely("g.holderOK") {
 			g.Holder = "node-b"
@@ -117,6 +119,9 @@ func genObservation(t *rapid.T) Observation {
 		}
 		if !likely("g.bootOK") {
 			g.BootID = rapid.SampledFrom(boots).Draw(t, "g.boot")
+		}
+		if !likely("g.softOK") {
+			g.SoftRebootCount = rapid.Uint32Range(0, 1).Draw(t, "g.soft")
 		}
 		if !likely("g.notFailed") {
 			g.Failure = fleetv1.ReasonRebootTimeout
@@ -148,7 +153,8 @@ func genObservation(t *rapid.T) Observation {
 func uid(prefix string, i int) types.UID { return types.UID(prefix + string(rune('a'+i))) }
 
 func allows(o Observation, g HeldGrant, act lease.Action, img imageref.Pinned) bool {
-	return g.Allows(lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID, Now: o.Now, LastHeartbeat: g.LastHeartbeat}) == nil
+	return g.Allows(lease.Check{Node: o.Node, Action: act, Image: img.String(), BootID: o.Boot.BootID,
+		SoftRebootCount: o.Boot.SoftRebootCount, Now: o.Now, LastHeartbeat: g.LastHeartbeat}) == nil
 }
 
 func isSpent(o Observation, id lease.ID) bool {
@@ -209,7 +215,8 @@ func TestDecideNeverActsWithoutGrantOrOnStaleStatus(t *testing.T) {
 			}
 			ok := false
 			for _, g := range o.Grants {
-				ok = ok || (g.Kind == lease.KindStage && allows(o, g, lease.ActionStage, a.Image))
+				ok = ok || (g.Kind == lease.KindStage && g.BootID == o.Boot.BootID && g.SoftRebootCount == o.Boot.SoftRebootCount &&
+					allows(o, g, lease.ActionStage, a.Image))
 			}
 			if !ok {
 				t.Fatalf("stage of %s without a valid stage grant in boot %s", a.Image, o.Boot)
@@ -221,7 +228,7 @@ func TestDecideNeverActsWithoutGrantOrOnStaleStatus(t *testing.T) {
 			ok := false
 			for _, g := range o.Grants {
 				if g.ID == a.Grant && g.Kind == lease.KindReboot && g.Phase == lease.PhaseReboot && g.BootID == o.Boot.BootID &&
-					!isSpent(o, g.ID) && allows(o, g, lease.ActionReboot, a.Image) {
+					g.SoftRebootCount == o.Boot.SoftRebootCount && !isSpent(o, g.ID) && allows(o, g, lease.ActionReboot, a.Image) {
 					ok = true
 				}
 			}

@@ -15,15 +15,12 @@ const (
 	login1Name   = "org.freedesktop.login1"
 	login1Path   = dbus.ObjectPath("/org/freedesktop/login1")
 	login1Iface  = "org.freedesktop.login1.Manager"
-
-	softRebootTarget = "soft-reboot.target"
 )
 
 // Errors of Systemd methods wrap one of these.
 var (
-	ErrDBus      = errors.New("D-Bus call failed")
-	ErrJobFailed = errors.New("systemd job did not complete")
-	ErrBadReply  = errors.New("unexpected D-Bus reply")
+	ErrDBus     = errors.New("D-Bus call failed")
+	ErrBadReply = errors.New("unexpected D-Bus reply")
 )
 
 // Systemd talks to systemd and logind over the system bus
@@ -100,52 +97,30 @@ func (s *Systemd) Reboot(ctx context.Context) error {
 	return nil
 }
 
-// SoftReboot starts soft-reboot.target with mode replace-irreversibly and
-// waits for the job's result; anything but "done" is an error.
-func (s *Systemd) SoftReboot(ctx context.Context) error {
-	// Listen before starting the job, so its JobRemoved cannot be missed.
-	match := []dbus.MatchOption{
-		dbus.WithMatchSender(systemdName),
-		dbus.WithMatchObjectPath(systemdPath),
-		dbus.WithMatchInterface(systemdIface),
-		dbus.WithMatchMember("JobRemoved"),
-	}
-	if err := s.conn.AddMatchSignalContext(ctx, match...); err != nil {
-		return fmt.Errorf("%w: subscribing to JobRemoved: %w", ErrDBus, err)
-	}
-	defer s.conn.RemoveMatchSignalContext(context.WithoutCancel(ctx), match...)
-	sigs := make(chan *dbus.Signal, 64)
-	s.conn.Signal(sigs)
-	defer s.conn.RemoveSignal(sigs)
+// sdLogindSoftReboot is SD_LOGIND_SOFT_REBOOT, the RebootWithFlags flag
+// that makes logind perform a userspace-only (soft) reboot (systemd
+// src/basic/login-util.h: UINT64_C(1) << 2; logind accepts it since v254).
+// logind checks the flags in src/login/logind-dbus.c,
+// method_do_shutdown_or_sleep: unknown bits are InvalidArgs ("Invalid flags
+// parameter"), and a soft reboot then passes logind's inhibitor and polkit
+// checks (verify_shutdown_creds) before logind starts soft-reboot.target.
+const sdLogindSoftReboot uint64 = 1 << 2
 
-	var job dbus.ObjectPath
-	err := s.conn.Object(systemdName, systemdPath).
-		CallWithContext(ctx, systemdIface+".StartUnit", 0, softRebootTarget, "replace-irreversibly").
-		Store(&job)
-	if err != nil {
-		return fmt.Errorf("%w: StartUnit %s: %w", ErrDBus, softRebootTarget, err)
+// SoftReboot asks logind for a soft reboot now:
+// Manager.RebootWithFlags(SD_LOGIND_SOFT_REBOOT), as `systemctl soft-reboot`
+// does, so logind's inhibitors (the kubelet's graceful node shutdown takes a
+// delay lock) hold it like a full reboot. The *WithFlags methods take
+// "interactive" from the message header's ALLOW_INTERACTIVE_AUTHORIZATION
+// flag instead of an argument; the call does not set it, which is Reboot's
+// interactive=false. It returns once logind accepted the request; whether
+// the soft reboot enters the new deployment depends on /run/nextroot, which
+// `bootc upgrade --from-downloaded --soft-reboot=auto` prepares.
+func (s *Systemd) SoftReboot(ctx context.Context) error {
+	call := s.conn.Object(login1Name, login1Path).CallWithContext(ctx, login1Iface+".RebootWithFlags", 0, sdLogindSoftReboot)
+	if call.Err != nil {
+		return fmt.Errorf("%w: logind RebootWithFlags(SD_LOGIND_SOFT_REBOOT): %w", ErrDBus, call.Err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for job %s: %w", job, ctx.Err())
-		case sig, ok := <-sigs:
-			if !ok {
-				return fmt.Errorf("%w: connection closed while waiting for job %s", ErrDBus, job)
-			}
-			if sig.Name != systemdIface+".JobRemoved" || sig.Path != systemdPath || len(sig.Body) != 4 {
-				continue
-			}
-			if p, _ := sig.Body[1].(dbus.ObjectPath); p != job {
-				continue
-			}
-			result, _ := sig.Body[3].(string)
-			if result != "done" {
-				return fmt.Errorf("%w: %s job %s: %q", ErrJobFailed, softRebootTarget, job, result)
-			}
-			return nil
-		}
-	}
+	return nil
 }
 
 // dbusErrorName returns the D-Bus error name carried by err, if any.

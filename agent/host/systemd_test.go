@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,51 +122,42 @@ func TestReboot(t *testing.T) {
 	}
 }
 
+// A soft reboot goes through logind (RebootWithFlags with
+// SD_LOGIND_SOFT_REBOOT, non-interactive), not by starting
+// soft-reboot.target past logind's inhibitors.
 func TestSoftReboot(t *testing.T) {
-	tests := []struct {
-		name    string
-		result  string
-		wantErr error
-	}{
-		{"job done", "done", nil},
-		{"job failed", "failed", ErrJobFailed},
-		{"job canceled", "canceled", ErrJobFailed},
+	called := make(chan struct{}, 1)
+	l1 := &fakedbus.Login1{OnSoftReboot: func() { called <- struct{}{} }}
+	sd := &fakedbus.Systemd1{}
+	s := hostBus(t, sd, l1)
+	if err := s.SoftReboot(ctx(t)); err != nil {
+		t.Fatalf("SoftReboot: %v", err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var soft atomic.Int32
-			sd := &fakedbus.Systemd1{JobResult: tc.result, OnSoftReboot: func() { soft.Add(1) }}
-			l1 := &fakedbus.Login1{}
-			s := hostBus(t, sd, l1)
-			err := s.SoftReboot(ctx(t))
-			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
-				t.Fatalf("SoftReboot = %v, want %v", err, tc.wantErr)
-			}
-			started := sd.Started()
-			if len(started) != 1 || started[0].Name != "soft-reboot.target" || started[0].Mode != "replace-irreversibly" {
-				t.Fatalf("started %+v, want soft-reboot.target replace-irreversibly", started)
-			}
-			if soft.Load() != 1 || l1.Reboots() != 0 {
-				t.Errorf("soft reboots %d, logind reboots %d; want 1, 0", soft.Load(), l1.Reboots())
-			}
-		})
+	select {
+	case <-called:
+	default:
+		t.Fatal("OnSoftReboot did not run during the call")
+	}
+	calls := l1.RebootCalls()
+	want := []fakedbus.RebootCall{{WithFlags: true, Flags: fakedbus.FlagSoftReboot, Soft: true}}
+	if !reflect.DeepEqual(calls, want) {
+		t.Errorf("logind calls %+v, want %+v", calls, want)
+	}
+	if len(sd.Started()) != 0 || l1.Reboots() != 0 {
+		t.Errorf("SoftReboot also started %v / rebooted fully %d times", sd.Started(), l1.Reboots())
 	}
 }
 
-// Several soft reboots on one connection each wait for their own job.
-func TestSoftRebootMatchesItsJob(t *testing.T) {
-	sd := &fakedbus.Systemd1{}
-	s := hostBus(t, sd, &fakedbus.Login1{})
-	for range 3 {
-		if err := s.SoftReboot(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
+// On a logind without soft reboot (systemd < 254) the request is refused,
+// and nothing reboots.
+func TestSoftRebootRefusedByOldLogind(t *testing.T) {
+	l1 := &fakedbus.Login1{NoSoftReboot: true}
+	s := hostBus(t, &fakedbus.Systemd1{OmitSoftRebootsCount: true}, l1)
+	err := s.SoftReboot(ctx(t))
+	if !errors.Is(err, ErrDBus) || dbusErrorName(err) != "org.freedesktop.DBus.Error.InvalidArgs" {
+		t.Fatalf("SoftReboot = %v, want ErrDBus carrying InvalidArgs", err)
 	}
-	jobs := map[dbus.ObjectPath]bool{}
-	for _, u := range sd.Started() {
-		jobs[u.Job] = true
-	}
-	if len(jobs) != 3 {
-		t.Fatalf("jobs %v, want 3 distinct", jobs)
+	if l1.Reboots()+l1.SoftReboots() != 0 {
+		t.Fatal("a refused soft reboot rebooted")
 	}
 }

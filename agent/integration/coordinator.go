@@ -121,7 +121,7 @@ func (k *Coordinator) Revoke(ctx context.Context, kind lease.Kind, i int) error 
 		l.Spec.HolderIdentity = nil
 		l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil
 		delete(l.Labels, lease.LabelHolder)
-		for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationPhase, lease.AnnotationFailure} {
+		for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationSoftRebootCount, lease.AnnotationPhase, lease.AnnotationFailure} {
 			delete(l.Annotations, a)
 		}
 	})

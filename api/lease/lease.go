@@ -30,7 +30,12 @@ const (
 
 	AnnotationImage  = "fleet.bootc.dev/image"   // repo@sha256:... the grant covers
 	AnnotationBootID = "fleet.bootc.dev/boot-id" // the node's boot ID when granted
-	AnnotationPhase  = "fleet.bootc.dev/phase"   // reboot slots: Draining, then Reboot
+	// AnnotationSoftRebootCount is systemd's SoftRebootsCount the node's
+	// agent reported in that boot when the grant was written (decimal;
+	// absent means 0). A soft reboot keeps the kernel's boot ID, so the
+	// boot a grant belongs to is the boot ID and this count together.
+	AnnotationSoftRebootCount = "fleet.bootc.dev/soft-reboot-count"
+	AnnotationPhase           = "fleet.bootc.dev/phase" // reboot slots: Draining, then Reboot
 	// AnnotationFailure is set by the coordinator on a reboot slot whose node
 	// did not come back in time (value: a reason such as RebootTimeout).
 	AnnotationFailure = "fleet.bootc.dev/failure"
@@ -144,17 +149,20 @@ func (id ID) String() string { return fmt.Sprintf("%s#%d", id.Lease, id.Transiti
 // Grant is a held slot Lease, validated.
 type Grant struct {
 	ID
-	Pool      string
-	Kind      Kind
-	Holder    string
-	Image     imageref.Pinned
-	BootID    string
-	Phase     Phase  // reboot slots only
-	Failure   string // set by the coordinator when the node did not come back
-	Acquired  time.Time
-	Renewed   time.Time
-	Duration  time.Duration
-	Namespace string
+	Pool   string
+	Kind   Kind
+	Holder string
+	Image  imageref.Pinned
+	BootID string
+	// SoftRebootCount is the soft-reboot count of the boot the grant was
+	// issued in (AnnotationSoftRebootCount).
+	SoftRebootCount uint32
+	Phase           Phase  // reboot slots only
+	Failure         string // set by the coordinator when the node did not come back
+	Acquired        time.Time
+	Renewed         time.Time
+	Duration        time.Duration
+	Namespace       string
 }
 
 var bootIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -203,6 +211,12 @@ func Parse(l *coordinationv1.Lease) (Grant, error) {
 	if !ValidBootID(bootID) {
 		return bad("annotation %s=%q is not a boot ID", AnnotationBootID, bootID)
 	}
+	var softCount uint32
+	if v, ok := l.Annotations[AnnotationSoftRebootCount]; ok { // absent: 0, as grants written before the annotation
+		if softCount, err = ParseSoftRebootCount(v); err != nil {
+			return bad("annotation %s: %v", AnnotationSoftRebootCount, err)
+		}
+	}
 	var phase Phase
 	switch p := Phase(l.Annotations[AnnotationPhase]); {
 	case kind == KindStage && p == "":
@@ -229,22 +243,41 @@ func Parse(l *coordinationv1.Lease) (Grant, error) {
 		return bad("annotation %s=%q is not a CamelCase reason", AnnotationFailure, failure)
 	}
 	return Grant{
-		ID:        ID{Lease: l.Name, UID: l.UID, Transitions: transitions},
-		Pool:      pool,
-		Kind:      kind,
-		Holder:    holder,
-		Image:     img,
-		BootID:    bootID,
-		Phase:     phase,
-		Failure:   failure,
-		Acquired:  l.Spec.AcquireTime.Time,
-		Renewed:   l.Spec.RenewTime.Time,
-		Duration:  time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
-		Namespace: l.Namespace,
+		ID:              ID{Lease: l.Name, UID: l.UID, Transitions: transitions},
+		Pool:            pool,
+		Kind:            kind,
+		Holder:          holder,
+		Image:           img,
+		BootID:          bootID,
+		SoftRebootCount: softCount,
+		Phase:           phase,
+		Failure:         failure,
+		Acquired:        l.Spec.AcquireTime.Time,
+		Renewed:         l.Spec.RenewTime.Time,
+		Duration:        time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
+		Namespace:       l.Namespace,
 	}, nil
 }
 
 var reasonRE = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
+
+// ParseSoftRebootCount reads an AnnotationSoftRebootCount value: a decimal
+// uint32 with no sign, no leading zeros and no spaces, so every count has
+// exactly one spelling. (An absent annotation means 0; an empty one is an
+// error.)
+func ParseSoftRebootCount(s string) (uint32, error) {
+	if s == "" || len(s) > 10 || (len(s) > 1 && s[0] == '0') || strings.Trim(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a soft-reboot count (decimal, 0..4294967295, no leading zeros)", s)
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a soft-reboot count (decimal, 0..4294967295, no leading zeros)", s)
+	}
+	return uint32(n), nil
+}
+
+// FormatSoftRebootCount is the AnnotationSoftRebootCount value of n.
+func FormatSoftRebootCount(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 
 // Action is what the agent wants to do under a grant.
 type Action string
@@ -260,7 +293,10 @@ type Check struct {
 	Action Action
 	Image  string // repo@sha256 the agent is about to stage or apply
 	BootID string // the current boot ID
-	Now    time.Time
+	// SoftRebootCount is systemd's SoftRebootsCount now: with BootID it
+	// names the current boot (a soft reboot keeps the boot ID).
+	SoftRebootCount uint32
+	Now             time.Time
 	// LastHeartbeat is when the agent sent its last status report that
 	// listed this grant and that the API server accepted (its own clock).
 	LastHeartbeat time.Time
@@ -276,8 +312,9 @@ func (g Grant) Allows(c Check) error {
 		return fmt.Errorf("%w: %s slot for %s", ErrWrongKind, g.Kind, c.Action)
 	case g.Image.String() != c.Image:
 		return fmt.Errorf("%w: %s, not %s", ErrWrongImage, g.Image, c.Image)
-	case g.BootID != c.BootID:
-		return fmt.Errorf("%w: boot %s, now %s", ErrWrongBoot, g.BootID, c.BootID)
+	case g.BootID != c.BootID || g.SoftRebootCount != c.SoftRebootCount:
+		return fmt.Errorf("%w: boot %s (soft reboots %d), now %s (soft reboots %d)", ErrWrongBoot,
+			g.BootID, g.SoftRebootCount, c.BootID, c.SoftRebootCount)
 	case g.Failure != "":
 		return fmt.Errorf("%w: %s", ErrFailedMarked, g.Failure)
 	case c.Action == ActionReboot && g.Phase != PhaseReboot:

@@ -101,6 +101,14 @@ func TestParse(t *testing.T) {
 		{"zero transitions", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(int32(0)) }, KindStage, "", ErrMalformed},
 		{"bad failure", func(l *coordinationv1.Lease) { l.Annotations[AnnotationFailure] = "x y" }, KindReboot, PhaseReboot, ErrMalformed},
 		{"bad name", func(l *coordinationv1.Lease) { l.Name = "whatever" }, KindStage, "", ErrMalformed},
+		{"soft-reboot count present", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = "0" }, KindReboot, PhaseReboot, nil},
+		{"empty soft-reboot count", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = "" }, KindStage, "", ErrMalformed},
+		{"negative soft-reboot count", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = "-1" }, KindStage, "", ErrMalformed},
+		{"signed soft-reboot count", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = "+1" }, KindStage, "", ErrMalformed},
+		{"soft-reboot count with leading zero", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = "01" }, KindStage, "", ErrMalformed},
+		{"soft-reboot count with space", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = " 1" }, KindStage, "", ErrMalformed},
+		{"soft-reboot count in hex", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = "0x1" }, KindStage, "", ErrMalformed},
+		{"soft-reboot count beyond uint32", func(l *coordinationv1.Lease) { l.Annotations[AnnotationSoftRebootCount] = "4294967296" }, KindStage, "", ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -126,6 +134,34 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestParseSoftRebootCount(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint32
+		ok   bool
+	}{
+		{"0", 0, true}, {"1", 1, true}, {"42", 42, true}, {"4294967295", 4294967295, true},
+		{"", 0, false}, {"00", 0, false}, {"007", 0, false}, {"-0", 0, false}, {"+3", 0, false},
+		{"1e3", 0, false}, {"3 ", 0, false}, {"\n3", 0, false}, {"4294967296", 0, false}, {"99999999999", 0, false}, {"١", 0, false},
+	} {
+		got, err := ParseSoftRebootCount(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("ParseSoftRebootCount(%q) = %d, %v; want %d, ok=%v", c.in, got, err, c.want, c.ok)
+		}
+		if c.ok && FormatSoftRebootCount(got) != c.in {
+			t.Errorf("FormatSoftRebootCount(%d) = %q, want %q", got, FormatSoftRebootCount(got), c.in)
+		}
+	}
+	l := heldLease(KindReboot, PhaseReboot)
+	if g := mustParse(t, l); g.SoftRebootCount != 0 {
+		t.Errorf("absent annotation: count %d, want 0", g.SoftRebootCount)
+	}
+	l.Annotations[AnnotationSoftRebootCount] = "7"
+	if g := mustParse(t, l); g.SoftRebootCount != 7 {
+		t.Errorf("count %d, want 7", g.SoftRebootCount)
+	}
+}
+
 func TestAllows(t *testing.T) {
 	stage := mustParse(t, heldLease(KindStage, ""))
 	draining := mustParse(t, heldLease(KindReboot, PhaseDraining))
@@ -133,6 +169,9 @@ func TestAllows(t *testing.T) {
 	failed := heldLease(KindReboot, PhaseReboot)
 	failed.Annotations[AnnotationFailure] = "RebootTimeout"
 	failedGrant := mustParse(t, failed)
+	softened := heldLease(KindReboot, PhaseReboot)
+	softened.Annotations[AnnotationSoftRebootCount] = "2"
+	rebootAfterTwoSoft := mustParse(t, softened)
 
 	ok := Check{Node: nodeA, Image: img, BootID: boot1, Now: t0.Add(10 * time.Second), LastHeartbeat: t0}
 	with := func(f func(c *Check)) Check { c := ok; f(&c); return c }
@@ -151,6 +190,11 @@ func TestAllows(t *testing.T) {
 		{"other node", reboot, with(func(c *Check) { c.Action = ActionReboot; c.Node = "node-b" }), ErrNotHolder},
 		{"other image", stage, with(func(c *Check) { c.Action = ActionStage; c.Image = other }), ErrWrongImage},
 		{"other boot", reboot, with(func(c *Check) { c.Action = ActionReboot; c.BootID = boot2 }), ErrWrongBoot},
+		// A soft reboot keeps the boot ID; the count names the boot.
+		{"same boot ID after a soft reboot", reboot, with(func(c *Check) { c.Action = ActionReboot; c.SoftRebootCount = 1 }), ErrWrongBoot},
+		{"grant of the boot with two soft reboots", rebootAfterTwoSoft, with(func(c *Check) { c.Action = ActionReboot; c.SoftRebootCount = 2 }), nil},
+		{"grant of an earlier soft boot", rebootAfterTwoSoft, with(func(c *Check) { c.Action = ActionReboot; c.SoftRebootCount = 3 }), ErrWrongBoot},
+		{"grant of a later soft boot", rebootAfterTwoSoft, with(func(c *Check) { c.Action = ActionReboot; c.SoftRebootCount = 1 }), ErrWrongBoot},
 		{"failed grant", failedGrant, with(func(c *Check) { c.Action = ActionReboot }), ErrFailedMarked},
 		{"no heartbeat accepted yet", stage, with(func(c *Check) { c.Action = ActionStage; c.LastHeartbeat = time.Time{} }), ErrExpired},
 		{"heartbeat too old", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(time.Minute) }), ErrExpired},

@@ -239,6 +239,23 @@ func TestBootcNodeDesiredImage(t *testing.T) {
 	if err := c.Status().Update(ctx, bad); err != nil {
 		t.Fatalf("a valid released grant rejected: %v", err)
 	}
+	// The soft-reboot count is systemd's uint32.
+	for _, n := range []int64{-1, 1 << 32} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
+			t.Fatal(err)
+		}
+		bad.Object["status"] = map[string]any{"softRebootCount": n}
+		if err := c.Status().Update(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.softRebootCount") {
+			t.Errorf("softRebootCount %d: got %v, want Invalid naming it", n, err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
+		t.Fatal(err)
+	}
+	bad.Object["status"] = map[string]any{"softRebootCount": int64(1<<32 - 1)}
+	if err := c.Status().Update(ctx, bad); err != nil {
+		t.Fatalf("softRebootCount 4294967295 rejected: %v", err)
+	}
 }
 
 func TestStatusWriteKeepsGeneration(t *testing.T) {

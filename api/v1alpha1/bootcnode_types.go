@@ -148,7 +148,11 @@ type BootcNodeStatus struct {
 	// BootID is /proc/sys/kernel/random/boot_id of the boot this status was read in.
 	// +optional
 	BootID string `json:"bootID,omitempty"`
-	// SoftRebootCount is systemd's SoftRebootsCount in that boot.
+	// SoftRebootCount is systemd's SoftRebootsCount in that boot (a uint32
+	// on the bus). With BootID it names the boot: a soft reboot keeps the
+	// kernel's boot ID and increments this count.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4294967295
 	// +optional
 	SoftRebootCount int64 `json:"softRebootCount,omitempty"`
 	// +optional

@@ -29,7 +29,8 @@ func ParseSlot(pool string, l *coordinationv1.Lease) (s Slot, ok bool) {
 	case errors.Is(err, lease.ErrFree):
 		// A free slot with leftover grant annotations is damaged: reset it,
 		// so nothing stale is read from it later.
-		if l.Labels[lease.LabelHolder] != "" || l.Annotations[lease.AnnotationImage] != "" || l.Annotations[lease.AnnotationPhase] != "" {
+		_, softCount := l.Annotations[lease.AnnotationSoftRebootCount]
+		if l.Labels[lease.LabelHolder] != "" || l.Annotations[lease.AnnotationImage] != "" || l.Annotations[lease.AnnotationPhase] != "" || softCount {
 			s.State, s.Problem = SlotMalformed, "free slot with leftover grant labels or annotations"
 			return s, true
 		}
@@ -89,6 +90,7 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 		l.Labels[lease.LabelHolder] = c.Node
 		l.Annotations[lease.AnnotationImage] = c.Image.String()
 		l.Annotations[lease.AnnotationBootID] = c.BootID
+		l.Annotations[lease.AnnotationSoftRebootCount] = lease.FormatSoftRebootCount(c.SoftRebootCount)
 		if c.Kind == lease.KindReboot {
 			l.Annotations[lease.AnnotationPhase] = string(lease.PhaseDraining)
 			// Not cordoned by us yet: OpCordon records what the cordon found.
@@ -120,7 +122,7 @@ func clearGrant(l *coordinationv1.Lease) {
 	l.Spec.HolderIdentity = nil
 	l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = nil, nil, nil
 	delete(l.Labels, lease.LabelHolder)
-	for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationPhase,
+	for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationSoftRebootCount, lease.AnnotationPhase,
 		lease.AnnotationFailure, lease.AnnotationCordonedByUs} {
 		delete(l.Annotations, a)
 	}

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -177,12 +178,49 @@ func (p *planner) ensureSlots(slots []Slot) {
 
 // fresh returns the BootcNode status of node n when it was read in the boot
 // the kubelet reports now; nil otherwise (a stale status is never acted on).
+// A soft-reboot count outside systemd's uint32 is no status either.
 func (p *planner) fresh(n Node) *fleetv1.BootcNodeStatus {
 	bn := p.bns[n.Name]
-	if bn == nil || bn.Spec.Pool != p.pool || !lease.ValidBootID(n.BootID) || bn.Status.BootID != n.BootID {
+	if bn == nil || bn.Spec.Pool != p.pool || !lease.ValidBootID(n.BootID) || bn.Status.BootID != n.BootID ||
+		bn.Status.SoftRebootCount < 0 || bn.Status.SoftRebootCount > math.MaxUint32 {
 		return nil
 	}
 	return &bn.Status
+}
+
+// softCount is the soft-reboot count of a fresh status (fresh checked its range).
+func softCount(st *fleetv1.BootcNodeStatus) uint32 {
+	if st == nil {
+		return 0
+	}
+	return uint32(st.SoftRebootCount)
+}
+
+// softRebootedSince: the node's agent reports, in the kubelet's boot that the
+// grant was issued in, more soft reboots than the grant recorded.
+func softRebootedSince(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) bool {
+	return st != nil && n.BootID == g.BootID && softCount(st) > g.SoftRebootCount
+}
+
+// verifiedBack says whether the node came back from the reboot grant g: Ready
+// and booted on the grant's image, in a boot other than the one g was issued
+// in, as the agent reports it in the kubelet's current boot. A full reboot
+// shows as a new kubelet boot ID. A soft reboot keeps the boot ID, so it
+// shows only as the agent's soft-reboot count (systemd's SoftRebootsCount,
+// which the agent reads over D-Bus) above the grant's, in a report the
+// coordinator saw after the grant's phase Reboot was written (docs/design.md,
+// amendment 13).
+func (p *planner) verifiedBack(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) (back, soft bool) {
+	if !n.Ready || st == nil || !onDigest(st.Booted, g.Image.Digest) {
+		return false, false
+	}
+	if n.BootID != g.BootID {
+		return true, false
+	}
+	if softRebootedSince(n, st, g) && p.in.Heartbeats[n.Name].Seen.After(g.Renewed) {
+		return true, true
+	}
+	return false, false
 }
 
 func onDigest(d *fleetv1.Deployment, dg string) bool {
@@ -280,10 +318,15 @@ func (p *planner) held(s Slot) {
 		return
 	}
 	if g.Phase == lease.PhaseReboot {
+		back, soft := p.verifiedBack(n, st, g)
 		switch {
-		case n.Ready && st != nil && n.BootID != g.BootID && onDigest(st.Booted, g.Image.Digest):
+		case back:
+			how := "in a new boot"
+			if soft {
+				how = fmt.Sprintf("after a soft reboot (boot ID unchanged, soft-reboot count %d, granted at %d)", softCount(st), g.SoftRebootCount)
+			}
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
-			p.event("Normal", EventNodeUpdated, "node %s is Ready, booted on %s in a new boot; released reboot slot %s%s", n.Name, g.Image, s.Name, restored(uncordon))
+			p.event("Normal", EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
 		// renewTime is when the coordinator advanced the grant to Reboot;
 		// no agent writes a Lease, so nothing a node does extends it.
@@ -305,10 +348,10 @@ func (p *planner) held(s Slot) {
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged, Uncordon: uncordon})
 		p.event("Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
-	case n.BootID != g.BootID:
+	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
-		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant%s", s.Name, n.Name, restored(uncordon))
+		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
 	case !s.CordonedByUs && n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID):
@@ -342,9 +385,9 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
 		p.event("Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
-	case n.BootID != g.BootID:
+	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
-		p.event("Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant", s.Name, n.Name)
+		p.event("Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
 	case claimed && claim.Released != "":
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
 		p.event("Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
@@ -400,14 +443,24 @@ func restored(uncordon bool) string {
 	return ""
 }
 
+// bootChange says how the node's boot differs from the one g was issued in.
+func bootChange(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) string {
+	if n.BootID != g.BootID {
+		return fmt.Sprintf("kubelet boot ID %s, granted in %s", n.BootID, g.BootID)
+	}
+	return fmt.Sprintf("same boot ID, soft-reboot count %d, granted at %d", softCount(st), g.SoftRebootCount)
+}
+
 func (p *planner) whyNotBack(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) string {
 	switch {
 	case !n.Ready:
 		return "the Node is not Ready"
-	case n.BootID == g.BootID:
-		return "the kubelet still reports the boot the grant was issued in"
+	case n.BootID == g.BootID && !softRebootedSince(n, st, g):
+		return "the kubelet still reports the boot the grant was issued in, and its agent reports no soft reboot since"
 	case st == nil:
 		return "its agent has not reported from the new boot"
+	case n.BootID == g.BootID && onDigest(st.Booted, g.Image.Digest):
+		return "its report from after the soft reboot was not seen since the grant's phase Reboot"
 	case st.Booted == nil:
 		return "its agent reports no booted image"
 	default:
@@ -526,7 +579,7 @@ func (p *planner) grant(slots []Slot) {
 			free[lease.KindReboot] = free[lease.KindReboot][1:]
 			n := p.nodes[name]
 			tgt, _ := p.targetOf(name)
-			p.grantSlot(s, n, tgt)
+			p.grantSlot(s, n, tgt, p.fresh(n))
 			heldReboot++
 			delete(other, name)
 			granted[name] = true
@@ -549,7 +602,7 @@ func (p *planner) grant(slots []Slot) {
 		}
 		s := free[lease.KindStage][0]
 		free[lease.KindStage] = free[lease.KindStage][1:]
-		p.grantSlot(s, n, tgt)
+		p.grantSlot(s, n, tgt, st)
 		heldStage++
 		p.event("Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, tgt)
 	}
@@ -612,12 +665,15 @@ func (p *planner) stageQueue() []string {
 	return q
 }
 
-func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned) {
-	c := SlotChange{Op: OpGrant, Node: n.Name, Image: img, BootID: n.BootID, Why: WhyEligible}
+// grantSlot grants s to n for img, recording n's boot: the kubelet's boot ID
+// and the soft-reboot count its agent reported in that boot (callers grant
+// only to nodes with a fresh status, so the two belong to the same boot).
+func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned, st *fleetv1.BootcNodeStatus) {
+	c := SlotChange{Op: OpGrant, Node: n.Name, Image: img, BootID: n.BootID, SoftRebootCount: softCount(st), Why: WhyEligible}
 	p.change(s, c)
 	a := p.after[s.Name]
 	*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotHeld, Holder: n.Name,
-		Grant: lease.Grant{Pool: p.pool, Kind: s.Kind, Holder: n.Name, Image: img, BootID: n.BootID}}
+		Grant: lease.Grant{Pool: p.pool, Kind: s.Kind, Holder: n.Name, Image: img, BootID: n.BootID, SoftRebootCount: c.SoftRebootCount}}
 	if s.Kind == lease.KindReboot {
 		a.Grant.Phase = lease.PhaseDraining
 	}

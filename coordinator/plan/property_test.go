@@ -32,6 +32,7 @@ func TestPlanProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(1, 8).Draw(rt, "nodes")
 		w := newWorld(n, rapid.IntRange(1, 4).Draw(rt, "maxUnavailable"), rapid.IntRange(1, 4).Draw(rt, "maxStaging"))
+		w.soft = rapid.Bool().Draw(rt, "softReboots")
 		w.pool.Spec.Rollout.HaltAfterFailures = ptr.To(int32(rapid.IntRange(1, 3).Draw(rt, "haltAfterFailures")))
 		arches := []string{"amd64", "arm64"}
 		for _, name := range sortedKeys(w.nodes) {
@@ -80,6 +81,12 @@ func TestPlanProperties(t *testing.T) {
 				}
 			case 10:
 				if name := pick("powercycle"); name != "" {
+					if rapid.Bool().Draw(rt, "unplannedSoft") {
+						// Someone ran systemctl soft-reboot: same boot ID,
+						// count+1, nothing applied (nothing prepared /run/nextroot).
+						w.softs[name]++
+						break
+					}
 					// An unplanned reboot: new boot, nothing staged is applied
 					// (download-only), the agent has not reported yet.
 					w.boots[name]++
@@ -240,22 +247,28 @@ func agentActs(w *world, name string) {
 		return
 	}
 	desired := mustPinned(bn.Spec.DesiredImage)
+	if uint32(bn.Status.SoftRebootCount) != w.softs[name] {
+		w.agentReports(name, bootedOf(bn), stagedOf(bn), fleetv1.PhaseWaiting)
+		return
+	}
 	if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Phase == lease.PhaseReboot && s.Grant.Failure == "" &&
-		s.Grant.BootID == n.BootID && s.Grant.Image == desired && stagedOf(bn) == desired {
-		w.reboot(name)
+		w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired && stagedOf(bn) == desired {
+		w.rebootsUnderGrant(name)
 		w.agentReports(name, bootedOf(w.bns[name]), imageref.Pinned{}, fleetv1.PhaseIdle)
 		n.Ready = true
 		return
 	}
-	if s, ok := w.grantOf(name, lease.KindStage); ok && s.Grant.BootID == n.BootID && s.Grant.Image == desired {
+	if s, ok := w.grantOf(name, lease.KindStage); ok && w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired {
 		w.agentReports(name, bootedOf(bn), desired, fleetv1.PhaseStaged)
 		return
 	}
-	// The agent renews a grant it works under; a stage slot otherwise expires.
-	for _, l := range w.leases {
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == name && l.Spec.RenewTime != nil &&
-			l.Annotations[lease.AnnotationBootID] == n.BootID {
-			l.Spec.RenewTime.Time = w.now
+	// Nothing to do: while it holds a slot the agent still reports (a
+	// heartbeat, amendment 8), which is also how the coordinator sees it
+	// back after a soft reboot.
+	for _, k := range []lease.Kind{lease.KindReboot, lease.KindStage} {
+		if _, held := w.grantOf(name, k); held {
+			w.agentReports(name, bootedOf(bn), stagedOf(bn), bn.Status.Phase)
+			return
 		}
 	}
 }
@@ -274,9 +287,11 @@ func checkedStep(rt *rapid.T, w *world) {
 		n, exists := w.nodes[c.Node]
 		switch c.Op {
 		case OpGrant:
-			// No grant to a node whose agent status is from another boot.
+			// No grant to a node whose agent status is from another boot;
+			// the grant records the boot the agent reported.
 			bn := w.bns[c.Node]
-			if !exists || bn == nil || !lease.ValidBootID(n.BootID) || bn.Status.BootID != n.BootID || c.BootID != n.BootID {
+			if !exists || bn == nil || !lease.ValidBootID(n.BootID) || bn.Status.BootID != n.BootID || c.BootID != n.BootID ||
+				int64(c.SoftRebootCount) != bn.Status.SoftRebootCount {
 				rt.Fatalf("grant %+v to node %+v with agent status %+v", c, n, bn)
 			}
 			if before[c.Slot].State != SlotFree {
@@ -290,10 +305,15 @@ func checkedStep(rt *rapid.T, w *world) {
 			if s.State != SlotHeld || s.Kind != lease.KindReboot || s.Grant.Phase != lease.PhaseReboot {
 				continue
 			}
-			// No release of a reboot before verification (or the node left).
+			// No release of a reboot before verification (or the node left):
+			// back on the image in a new boot, or in the same boot ID after
+			// a soft reboot reported after the grant's phase Reboot.
 			bn := w.bns[c.Node]
-			verified := exists && n.Ready && bn != nil && bn.Status.BootID == n.BootID && n.BootID != s.Grant.BootID &&
+			onImage := exists && n.Ready && bn != nil && bn.Status.BootID == n.BootID &&
 				bn.Status.Booted != nil && bn.Status.Booted.Digest == s.Grant.Image.Digest
+			softBack := onImage && n.BootID == s.Grant.BootID && bn.Status.SoftRebootCount > int64(s.Grant.SoftRebootCount) &&
+				in.Heartbeats[c.Node].Seen.After(s.Grant.Renewed)
+			verified := onImage && (n.BootID != s.Grant.BootID || softBack)
 			gone := !exists || !n.InPool
 			if !verified && !gone {
 				rt.Fatalf("reboot slot %s released unverified (%s): node %+v status %+v grant %+v", c.Slot, c.Why, n, bn, s.Grant)

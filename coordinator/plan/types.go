@@ -165,9 +165,11 @@ type SlotChange struct {
 	Op   Op
 	// Node is the holder (granted to, or released from).
 	Node string
-	// Grant fields.
-	Image  imageref.Pinned
-	BootID string
+	// Grant fields: the boot is BootID (the kubelet's) and the soft-reboot
+	// count the agent reported in it.
+	Image           imageref.Pinned
+	BootID          string
+	SoftRebootCount uint32
 	// CordonedByUs is what OpCordon records; the controller sets it from
 	// the cordon call's result, never from a cache.
 	CordonedByUs bool

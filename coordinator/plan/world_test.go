@@ -63,12 +63,16 @@ type world struct {
 	uninspected  string
 	nodes        map[string]*Node
 	boots        map[string]int
-	bns          map[string]*fleetv1.BootcNode
-	leases       map[string]*coordinationv1.Lease
-	drains       map[string]Drain
-	hb           map[string]Heartbeat
-	now          time.Time
-	uid          int
+	softs        map[string]uint32 // systemd's SoftRebootsCount, by node
+	// soft: agents of this world soft-reboot (a soft-reboot capable image,
+	// policy AllowSoftReboot) instead of rebooting fully.
+	soft   bool
+	bns    map[string]*fleetv1.BootcNode
+	leases map[string]*coordinationv1.Lease
+	drains map[string]Drain
+	hb     map[string]Heartbeat
+	now    time.Time
+	uid    int
 }
 
 func newWorld(n, maxUnavailable, maxStaging int) *world {
@@ -90,6 +94,7 @@ func newWorld(n, maxUnavailable, maxStaging int) *world {
 		target: imgV1,
 		nodes:  map[string]*Node{},
 		boots:  map[string]int{},
+		softs:  map[string]uint32{},
 		bns:    map[string]*fleetv1.BootcNode{},
 		leases: map[string]*coordinationv1.Lease{},
 		drains: map[string]Drain{},
@@ -115,12 +120,12 @@ func (w *world) agentReports(name string, booted, staged imageref.Pinned, phase 
 		bn = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: fleetv1.BootcNodeSpec{Pool: poolName}}
 		w.bns[name] = bn
 	}
-	bn.Status = fleetv1.BootcNodeStatus{BootID: w.nodes[name].BootID, Phase: phase,
+	bn.Status = fleetv1.BootcNodeStatus{BootID: w.nodes[name].BootID, SoftRebootCount: int64(w.softs[name]), Phase: phase,
 		LastReportTime: &metav1.MicroTime{Time: w.now}}
 	// Like the agent: list every grant it holds in this boot, and the
 	// coordinator sees the new report now.
 	for _, ln := range sortedKeys(w.leases) {
-		if g, err := lease.Parse(w.leases[ln]); err == nil && g.Holder == name && g.BootID == bn.Status.BootID {
+		if g, err := lease.Parse(w.leases[ln]); err == nil && g.Holder == name && g.BootID == bn.Status.BootID && g.SoftRebootCount == w.softs[name] {
 			bn.Status.Grants = append(bn.Status.Grants, fleetv1.GrantInUse{Lease: g.Lease, UID: g.UID, LeaseTransitions: g.Transitions})
 		}
 	}
@@ -307,6 +312,27 @@ func (w *world) reboot(name string) {
 	}
 }
 
+// softReboot plays a node's soft reboot: the boot ID stays, systemd's
+// soft-reboot count grows, and (prepared by the agent's unlock) booted =
+// what was staged. The agent has not reported yet.
+func (w *world) softReboot(name string) {
+	w.softs[name]++
+	bn := w.bns[name]
+	if bn != nil && bn.Status.Staged != nil {
+		bn.Status.Booted, bn.Status.Staged = bn.Status.Staged, nil
+		bn.Status.Booted.DownloadOnly = false
+	}
+}
+
+// reboots plays the reboot an agent of this world makes under a grant.
+func (w *world) rebootsUnderGrant(name string) {
+	if w.soft {
+		w.softReboot(name)
+	} else {
+		w.reboot(name)
+	}
+}
+
 // converge runs plan/apply and ideal agents and drains until nothing changes.
 func (w *world) converge(maxSteps int, check func(Output)) {
 	for i := 0; i < maxSteps; i++ {
@@ -339,13 +365,19 @@ func (w *world) idealWorld() {
 			w.agentReports(name, bootedOf(bn), stagedOf(bn), fleetv1.PhaseWaiting)
 			continue
 		}
-		if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Phase == lease.PhaseReboot && s.Grant.BootID == n.BootID && s.Grant.Image == desired {
-			w.reboot(name)
+		if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Phase == lease.PhaseReboot && w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired {
+			w.rebootsUnderGrant(name)
 			w.agentReports(name, bootedOf(w.bns[name]), imageref.Pinned{}, fleetv1.PhaseIdle)
 			continue
 		}
-		if s, ok := w.grantOf(name, lease.KindStage); ok && s.Grant.BootID == n.BootID && s.Grant.Image == desired {
+		if s, ok := w.grantOf(name, lease.KindStage); ok && w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired {
 			w.agentReports(name, bootedOf(bn), desired, fleetv1.PhaseStaged)
+			continue
+		}
+		// Holding a slot it cannot act on (e.g. the reboot grant the
+		// coordinator is verifying), the agent still sends heartbeats.
+		if _, ok := w.grantOf(name, lease.KindReboot); ok {
+			w.agentReports(name, bootedOf(bn), stagedOf(bn), bn.Status.Phase)
 		}
 	}
 }
@@ -360,6 +392,12 @@ func setNoPlatformImage(bn *fleetv1.BootcNode, v string) {
 		bn.Annotations = map[string]string{}
 	}
 	bn.Annotations[fleetv1.AnnotationNoPlatformImage] = v
+}
+
+// grantedInBoot: g was issued in the node's current boot (boot ID and
+// soft-reboot count), as lease.Grant.Allows requires of the agent.
+func (w *world) grantedInBoot(name string, g lease.Grant) bool {
+	return g.BootID == w.nodes[name].BootID && g.SoftRebootCount == w.softs[name]
 }
 
 func bootedOf(bn *fleetv1.BootcNode) imageref.Pinned {

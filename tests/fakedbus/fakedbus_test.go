@@ -3,6 +3,7 @@ package fakedbus
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,9 @@ func TestLogin1(t *testing.T) {
 	if err := obj.Call(Login1Iface+".Reboot", 0, "yes").Err; err == nil {
 		t.Error("Reboot with a string argument succeeded")
 	}
+	if err := obj.Call(Login1Iface+".Reboot", 0, uint32(0)).Err; err == nil {
+		t.Error("Reboot with a u argument succeeded")
+	}
 	var xml string
 	if err := obj.Call("org.freedesktop.DBus.Introspectable.Introspect", 0).Store(&xml); err != nil || !strings.Contains(xml, `name="Reboot"`) {
 		t.Errorf("introspection %q, %v", xml, err)
@@ -52,6 +56,70 @@ func TestLogin1(t *testing.T) {
 	// The name is owned: a second logind cannot start on the same bus.
 	if err := (&Login1{}).Serve(addr); err == nil {
 		t.Error("a second Login1 claimed org.freedesktop.login1")
+	}
+}
+
+// RebootWithFlags follows logind's signature ("t") and flag checks
+// (systemd src/login/logind-dbus.c, method_do_shutdown_or_sleep).
+func TestLogin1RebootWithFlags(t *testing.T) {
+	tests := []struct {
+		name      string
+		old       bool // logind before systemd 254
+		arg       any
+		nextroot  bool
+		wantErr   string // D-Bus error name, "" for success
+		wantMsg   string
+		wantSoft  bool
+		wantFlags uint64
+	}{
+		{"soft reboot", false, FlagSoftReboot, false, "", "", true, FlagSoftReboot},
+		{"no flags is a reboot", false, uint64(0), false, "", "", false, 0},
+		{"check inhibitors, full reboot", false, FlagRootCheckInhibitors, false, "", "", false, FlagRootCheckInhibitors},
+		{"soft if nextroot set up, and it is", false, FlagSoftRebootIfNextrootSetUp, true, "", "", true, FlagSoftRebootIfNextrootSetUp},
+		{"soft if nextroot set up, and it is not", false, FlagSoftRebootIfNextrootSetUp, false, "", "", false, FlagSoftRebootIfNextrootSetUp},
+		{"unknown flag", false, uint64(1 << 5), false, errInvalidArgs, "Invalid flags parameter", false, 0},
+		{"the internal interactive bit is not public", false, uint64(1 << 63), false, errInvalidArgs, "Invalid flags parameter", false, 0},
+		{"kexec and soft together", false, FlagRebootViaKexec | FlagSoftReboot, false, errInvalidArgs, "Both reboot via kexec and soft reboot selected", false, 0},
+		{"systemd 252 has no soft reboot flag", true, FlagSoftReboot, false, errInvalidArgs, "Invalid flags parameter", false, 0},
+		{"wrong signature (b, as Reboot)", false, false, false, errInvalidArgs, "", false, 0},
+		{"wrong signature (u)", false, uint32(4), false, errInvalidArgs, "Invalid arguments 'u' to call org.freedesktop.login1.Manager.RebootWithFlags(), expecting 't'.", false, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := StartBus(t)
+			var full, soft atomic.Int32
+			l := &Login1{NoSoftReboot: tc.old, OnReboot: func() { full.Add(1) }, OnSoftReboot: func() { soft.Add(1) },
+				NextrootSetUp: func() bool { return tc.nextroot }}
+			if err := l.Serve(addr); err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			err := dial(t, addr).Object(Login1Name, Login1Path).Call(Login1Iface+".RebootWithFlags", 0, tc.arg).Err
+			if tc.wantErr != "" {
+				de, ok := err.(dbus.Error)
+				if !ok || de.Name != tc.wantErr || !strings.Contains(fmt.Sprint(de.Body...), tc.wantMsg) {
+					t.Fatalf("RebootWithFlags(%v) = %v (%T), want %s %q", tc.arg, err, err, tc.wantErr, tc.wantMsg)
+				}
+				if full.Load()+soft.Load() != 0 || len(l.RebootCalls()) != 0 {
+					t.Fatalf("a refused call still rebooted (full %d, soft %d)", full.Load(), soft.Load())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("RebootWithFlags(%v): %v", tc.arg, err)
+			}
+			wantSoft, wantFull := int32(0), int32(1)
+			if tc.wantSoft {
+				wantSoft, wantFull = 1, 0
+			}
+			calls := l.RebootCalls()
+			if soft.Load() != wantSoft || full.Load() != wantFull || l.SoftReboots() != int(wantSoft) || l.Reboots() != int(wantFull) {
+				t.Fatalf("soft %d (recorded %d), full %d (recorded %d); want %d, %d", soft.Load(), l.SoftReboots(), full.Load(), l.Reboots(), wantSoft, wantFull)
+			}
+			if len(calls) != 1 || !calls[0].WithFlags || calls[0].Flags != tc.wantFlags || calls[0].Interactive {
+				t.Fatalf("calls %+v, want one non-interactive RebootWithFlags(%#x)", calls, tc.wantFlags)
+			}
+		})
 	}
 }
 
@@ -165,21 +233,26 @@ func TestFakeHostBusCommand(t *testing.T) {
 	if err := conn.Object(Login1Name, Login1Path).Call(Login1Iface+".Reboot", 0, false).Err; err != nil {
 		t.Fatal(err)
 	}
+	// A soft reboot through logind, as `systemctl soft-reboot` asks.
+	if err := conn.Object(Login1Name, Login1Path).Call(Login1Iface+".RebootWithFlags", 0, FlagSoftReboot).Err; err != nil {
+		t.Fatal(err)
+	}
 	sd := conn.Object(Systemd1Name, Systemd1Path)
+	// And one by starting the target directly.
 	if err := sd.Call(Systemd1Iface+".StartUnit", 0, "soft-reboot.target", "replace-irreversibly").Err; err != nil {
 		t.Fatal(err)
 	}
 	var v dbus.Variant
-	if err := sd.Call("org.freedesktop.DBus.Properties.Get", 0, Systemd1Iface, "SoftRebootsCount").Store(&v); err != nil || v.Value() != uint32(5) {
-		t.Errorf("SoftRebootsCount after a soft reboot = %v, %v; want 5", v, err)
+	if err := sd.Call("org.freedesktop.DBus.Properties.Get", 0, Systemd1Iface, "SoftRebootsCount").Store(&v); err != nil || v.Value() != uint32(6) {
+		t.Errorf("SoftRebootsCount after two soft reboots = %v, %v; want 6", v, err)
 	}
 	data, err := os.ReadFile(marker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "reboot ") || !strings.HasPrefix(lines[1], "soft-reboot ") {
-		t.Errorf("marker %q, want a reboot then a soft-reboot line", lines)
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "reboot ") || !strings.HasPrefix(lines[1], "soft-reboot ") || !strings.HasPrefix(lines[2], "soft-reboot ") {
+		t.Errorf("marker %q, want a reboot then two soft-reboot lines", lines)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -93,7 +93,9 @@ type PoolOptions struct {
 	HaltAfter      int
 	RebootTimeout  time.Duration
 	DrainTimeout   time.Duration
-	Behaviour      func(i int) NodeBehaviour
+	// RebootPolicy of the pool (default Reboot).
+	RebootPolicy fleetv1.RebootPolicy
+	Behaviour    func(i int) NodeBehaviour
 	// Arch is node i's architecture (linux); nil: amd64.
 	Arch func(i int) string
 }
@@ -222,7 +224,10 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 	if opts.Behaviour != nil {
 		b = opts.Behaviour(i)
 	}
-	m.Configure(func(k *testbootc.Knobs) { k.Generation = b.Generation })
+	m.Configure(func(k *testbootc.Knobs) {
+		k.Generation = b.Generation
+		k.SoftRebootCapable = b.SoftRebootCapable
+	})
 	arch := "amd64"
 	if opts.Arch != nil {
 		arch = opts.Arch(i)
@@ -295,6 +300,9 @@ func (p *Pool) Create(tag string, opts PoolOptions) {
 	}
 	if opts.RebootTimeout > 0 {
 		bnp.Spec.Rollout.RebootTimeout = &metav1.Duration{Duration: opts.RebootTimeout}
+	}
+	if opts.RebootPolicy != "" {
+		bnp.Spec.RebootPolicy = opts.RebootPolicy
 	}
 	if err := f.Env.Client.Create(f.ctx, bnp); err != nil {
 		f.tb.Fatal(err)
@@ -486,11 +494,22 @@ func (p *Pool) Check(target string, budget invariant.Pool) []invariant.Violation
 	return invariant.Check(p.Events(), map[string]invariant.Pool{p.Name: budget}, p.Final(target))
 }
 
-// Reboots counts each node's agent-issued reboots.
+// Reboots counts each node's agent-issued reboots, soft or full.
 func (p *Pool) Reboots() map[string]int {
 	out := map[string]int{}
 	for _, e := range p.Events() {
 		if e.Kind == invariant.Reboot {
+			out[e.Node]++
+		}
+	}
+	return out
+}
+
+// SoftReboots counts each node's agent-issued soft reboots.
+func (p *Pool) SoftReboots() map[string]int {
+	out := map[string]int{}
+	for _, e := range p.Events() {
+		if e.Kind == invariant.Reboot && e.Soft {
 			out[e.Node]++
 		}
 	}

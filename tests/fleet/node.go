@@ -40,6 +40,15 @@ type NodeBehaviour struct {
 	// ClockSkews[k % len] in its k-th boot (0 = the first), as a host whose
 	// clock is wrong until NTP fixes it, differently after each reboot.
 	ClockSkews []time.Duration
+	// SoftRebootCapable: what the machine stages is soft-reboot capable
+	// (bootc's softRebootCapable: same kernel and initramfs).
+	SoftRebootCapable bool
+	// OldSystemd plays systemd 252 (Debian 12): no SoftRebootsCount and no
+	// soft reboot in logind. By default the host has both (systemd 254+).
+	OldSystemd bool
+	// SoftRebootTime is how long a soft reboot keeps userspace down
+	// (default: BootTime / 4).
+	SoftRebootTime time.Duration
 }
 
 // SimNode is one simulated machine: its bootc state, its kubelet and an
@@ -178,11 +187,12 @@ func (n *SimNode) event(kind invariant.Kind, image string) invariant.Event {
 	st := n.Machine.State()
 	return invariant.Event{
 		Kind: kind, Node: n.Name, Pool: n.Pool, Image: image,
-		BootID:      st.BootID,
-		CurrentBoot: n.Machine.Boot(),
-		ContentBoot: n.lastContent,
-		GrantLease:  n.lastTrace.Lease,
-		GrantRV:     parseRV(n.lastTrace.ResourceVersion),
+		BootID:          st.BootID,
+		SoftRebootCount: st.SoftRebootCount,
+		CurrentBoot:     n.Machine.Boot(),
+		ContentBoot:     n.lastContent,
+		GrantLease:      n.lastTrace.Lease,
+		GrantRV:         parseRV(n.lastTrace.ResourceVersion),
 	}
 }
 
@@ -230,6 +240,44 @@ func (n *SimNode) Reboot(ctx context.Context, planned bool) {
 		n.mu.Unlock()
 		n.StartAgent(ctx)
 		_ = n.Kubelet.SetReady(ctx, true, newBoot)
+	}()
+}
+
+// SoftReboot plays the machine's soft reboot (systemd soft-reboot.target
+// after logind accepted it): the agent stops, the Node goes NotReady while
+// the kubelet is down, the kernel stays (same boot ID, soft-reboot count +1),
+// the staged deployment is entered only if the unlock prepared it (testbootc
+// models ostree's /run/nextroot), status is stale for a while, then the
+// agent and the kubelet start again. It returns at once.
+func (n *SimNode) SoftReboot(ctx context.Context) {
+	n.mu.Lock()
+	if n.rebooting || n.dead {
+		n.mu.Unlock()
+		return
+	}
+	n.rebooting, n.down = true, true
+	n.mu.Unlock()
+	go func() {
+		n.StopAgent()
+		_ = n.Kubelet.SetReady(ctx, false, "")
+		b := n.behave()
+		down := b.SoftRebootTime
+		if down <= 0 {
+			down = b.BootTime / 4
+		}
+		count := n.Machine.SoftReboot(testbootc.RebootOptions{StaleFor: b.StaleAfterReboot + down})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(down):
+		}
+		bootID := n.Machine.BootID()
+		n.log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: bootID, SoftRebootCount: count, Soft: true})
+		n.mu.Lock()
+		n.down, n.rebooting = false, false
+		n.mu.Unlock()
+		n.StartAgent(ctx)
+		_ = n.Kubelet.SetReady(ctx, true, bootID)
 	}()
 }
 
@@ -288,14 +336,16 @@ func (b memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Cap
 	return b.cli.Stage(ctx, img, caps)
 }
 
-func (b memBootc) ApplyStaged(ctx context.Context) error {
+func (b memBootc) ApplyStaged(ctx context.Context, mode bootc.SoftReboot) error {
 	st := b.n.Machine.State()
 	img := ""
 	if st.Staged != nil {
 		img = st.Staged.Image
 	}
-	b.n.log.Add(b.n.event(invariant.Apply, img))
-	return b.cli.ApplyStaged(ctx)
+	e := b.n.event(invariant.Apply, img)
+	e.Detail = "--soft-reboot=" + string(mode)
+	b.n.log.Add(e)
+	return b.cli.ApplyStaged(ctx, mode)
 }
 
 // memHost is the machine's boot identity and logind.
@@ -307,8 +357,10 @@ type memHost struct {
 func (h memHost) BootID() (string, error) { return h.n.Machine.BootID(), nil }
 
 func (h memHost) SoftRebootsCount(context.Context) (uint32, bool, error) {
-	// Soft reboots are not simulated: report a systemd without them.
-	return 0, false, nil
+	if h.n.behave().OldSystemd {
+		return 0, false, nil // no such property on systemd 252
+	}
+	return h.n.Machine.State().SoftRebootCount, true, nil
 }
 
 func (h memHost) Reboot(context.Context) error {
@@ -339,6 +391,21 @@ func (h memHost) Reboot(context.Context) error {
 	return nil
 }
 
-func (h memHost) SoftReboot(ctx context.Context) error {
-	return fmt.Errorf("soft reboot is not simulated in the fleet harness")
+// SoftReboot is logind's RebootWithFlags(SD_LOGIND_SOFT_REBOOT): refused by
+// a logind without soft reboot, else logged as a (soft) reboot under the
+// grant the agent confirmed, and played.
+func (h memHost) SoftReboot(context.Context) error {
+	if h.n.behave().OldSystemd {
+		return fmt.Errorf("logind RebootWithFlags: Invalid flags parameter")
+	}
+	st := h.n.Machine.State()
+	img := ""
+	if st.Staged != nil {
+		img = st.Staged.Image
+	}
+	e := h.n.event(invariant.Reboot, img)
+	e.Soft = true
+	h.n.log.Add(e)
+	h.n.SoftReboot(h.ctx)
+	return nil
 }

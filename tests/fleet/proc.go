@@ -17,7 +17,9 @@ package fleet
 //     cancelled" line, or the agent process ending. Logged a little late,
 //     which only makes the staging count (I2) stricter.
 //   - Reboot: the fake logind's Reboot call, with the grant of the agent's
-//     last "grant confirmed" line for the step "reboot".
+//     last "grant confirmed" line for the step "reboot"; a soft reboot is
+//     logind's RebootWithFlags(SD_LOGIND_SOFT_REBOOT), with the step
+//     "soft-reboot".
 //   - Boot: the harness plays the reboot, so it knows the new boot.
 //   - ContentBoot: the boot the last `bootc status` before the step's
 //     confirmation described. The test bootc logs when each status ran; the
@@ -104,6 +106,10 @@ type ProcOptions struct {
 	StageTime time.Duration
 	// InitialTag is pushed and booted on every node (default "v1").
 	InitialTag string
+	// RebootPolicy of the pool CreatePool creates (default Reboot).
+	RebootPolicy fleetv1.RebootPolicy
+	// SoftRebootCapable: what the nodes stage is soft-reboot capable.
+	SoftRebootCapable bool
 }
 
 // ProcFleet is a running fleet of process agents and a process coordinator.
@@ -280,6 +286,7 @@ func (f *ProcFleet) CreatePool(ctx context.Context, tag string, maxUnavailable, 
 			Rollout: fleetv1.RolloutSpec{MaxUnavailable: &mu, MaxStaging: &ms, HaltAfterFailures: &halt,
 				DrainTimeout:  &metav1.Duration{Duration: 20 * time.Second},
 				RebootTimeout: &metav1.Duration{Duration: 2 * time.Minute}},
+			RebootPolicy: f.opts.RebootPolicy,
 		},
 	}
 	f.mu.Lock()
@@ -423,11 +430,22 @@ func (f *ProcFleet) CheckInvocations() error {
 	return errors.Join(errs...)
 }
 
-// Reboots counts each node's agent-issued reboots.
+// Reboots counts each node's agent-issued reboots, soft or full.
 func (f *ProcFleet) Reboots() map[string]int {
 	out := map[string]int{}
 	for _, e := range f.Log.Events() {
 		if e.Kind == invariant.Reboot {
+			out[e.Node]++
+		}
+	}
+	return out
+}
+
+// SoftReboots counts each node's agent-issued soft reboots.
+func (f *ProcFleet) SoftReboots() map[string]int {
+	out := map[string]int{}
+	for _, e := range f.Log.Events() {
+		if e.Kind == invariant.Reboot && e.Soft {
 			out[e.Node]++
 		}
 	}

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
 )
@@ -111,6 +115,77 @@ func TestProcFleetHappyPath(t *testing.T) {
 				short8(r.From), short8(r.To), r.AgentStopped.Sub(r.Requested).Round(time.Millisecond),
 				r.Booted.Sub(r.Requested).Round(time.Millisecond), r.AgentReady.Sub(r.Requested).Round(time.Millisecond))
 		}
+	}
+	if t.Failed() {
+		for _, e := range f.Log.Events() {
+			t.Logf("%s", e)
+		}
+	}
+}
+
+// The real agent binary soft-reboots through the fake logind on its private
+// bus (RebootWithFlags with SD_LOGIND_SOFT_REBOOT); the real coordinator
+// verifies it by the soft-reboot count and frees every slot and cordon.
+func TestProcFleetSoftReboot(t *testing.T) {
+	f := startProcFleet(t, ProcOptions{Nodes: 3, StageTime: 200 * time.Millisecond,
+		RebootPolicy: fleetv1.RebootPolicyAllowSoftReboot, SoftRebootCapable: true})
+	ctx := context.Background()
+	v2, err := f.Push("v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreatePool(ctx, "v2", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, f, v2, 3*time.Minute)
+	for _, v := range f.Check(ctx, v2) {
+		t.Errorf("%s", v)
+	}
+	if err := f.CheckInvocations(); err != nil {
+		t.Errorf("events and test bootc disagree: %v", err)
+	}
+	reboots, soft := f.Reboots(), f.SoftReboots()
+	for _, n := range f.Nodes {
+		m, err := n.Bootc.Machine()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := m.State()
+		calls := n.Login.RebootCalls()
+		if reboots[n.Name] != 1 || soft[n.Name] != 1 || st.Reboots != 0 || st.SoftReboots != 1 || len(calls) != 1 ||
+			calls[0].Flags != fakedbus.FlagSoftReboot || calls[0].Interactive || len(n.Systemd.Started()) != 0 {
+			t.Errorf("%s: %d logged reboots (%d soft), machine %d full / %d soft, logind calls %+v, units started %v; want one non-interactive RebootWithFlags(SD_LOGIND_SOFT_REBOOT) and nothing else",
+				n.Name, reboots[n.Name], soft[n.Name], st.Reboots, st.SoftReboots, calls, n.Systemd.Started())
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		held, cordoned := 0, 0
+		ls, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + f.Pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls.Items {
+			if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+				held++
+			}
+		}
+		nodes, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Items {
+			if n.Spec.Unschedulable {
+				cordoned++
+			}
+		}
+		if held+cordoned == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots held and %d nodes cordoned 30s after convergence", held, cordoned)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if t.Failed() {
 		for _, e := range f.Log.Events() {

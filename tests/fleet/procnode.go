@@ -48,6 +48,7 @@ type ProcNode struct {
 	agent     *procProcess
 	boot      string // current boot as testbootc names it
 	bootID    string
+	softCount uint32 // systemd's SoftRebootsCount in this boot
 	windows   []procBoot
 	confirms  map[string][]procConfirm // step -> confirmations of the running agent
 	used      map[string]int
@@ -90,6 +91,7 @@ func (f *ProcFleet) addNode(ctx context.Context, nodeName, image string) (*ProcN
 	}
 	st := testbootc.State{Booted: &testbootc.Deployment{Image: p.String(), Digest: p.Digest}}
 	st.Knobs.SwitchDelay = testbootc.Duration(f.opts.StageTime)
+	st.Knobs.SoftRebootCapable = f.opts.SoftRebootCapable
 	if n.Bootc, err = testbootc.Init(filepath.Join(base, "bootc"), st); err != nil {
 		return nil, err
 	}
@@ -105,7 +107,7 @@ func (f *ProcFleet) addNode(ctx context.Context, nodeName, image string) (*ProcN
 	if n.bus, n.stopBus, err = fakedbus.StartBusProcess(ctx, base); err != nil {
 		return nil, err
 	}
-	n.Login, n.Systemd = &fakedbus.Login1{OnReboot: n.onReboot}, &fakedbus.Systemd1{}
+	n.Login, n.Systemd = &fakedbus.Login1{OnReboot: n.onReboot, OnSoftReboot: n.onSoftReboot}, &fakedbus.Systemd1{}
 	if err := n.Login.Serve(n.bus); err != nil {
 		n.close()
 		return nil, err
@@ -296,7 +298,7 @@ func (n *ProcNode) action(kind invariant.Kind, image string, c procConfirm) inva
 	defer n.mu.Unlock()
 	return invariant.Event{
 		Kind: kind, Node: n.Name, Pool: n.Pool, Image: image,
-		BootID: n.bootID, CurrentBoot: n.boot, ContentBoot: content,
+		BootID: n.bootID, SoftRebootCount: n.softCount, CurrentBoot: n.boot, ContentBoot: content,
 		GrantLease: c.lease, GrantRV: c.rv,
 	}
 }
@@ -364,6 +366,88 @@ func (n *ProcNode) onReboot() {
 		defer n.f.reboots.Done()
 		n.playReboot()
 	}()
+}
+
+// onSoftReboot is the fake logind's RebootWithFlags(SD_LOGIND_SOFT_REBOOT):
+// it logs the soft reboot under the grant the agent confirmed for it and
+// plays it in the background.
+func (n *ProcNode) onSoftReboot() {
+	now := time.Now()
+	c, ok := n.nextConfirm("soft-reboot", 5*time.Second)
+	img := n.stagedImage()
+	var e invariant.Event
+	if ok {
+		e = n.action(invariant.Reboot, img, c)
+	} else {
+		e = n.action(invariant.Reboot, img, procConfirm{at: now})
+		e.GrantLease, e.GrantRV, e.Detail = "", 0, "no confirmed soft-reboot grant in the agent's log"
+	}
+	e.Soft = true
+	n.f.Log.Add(e)
+	n.mu.Lock()
+	if n.down || !n.f.beginReboot() {
+		n.mu.Unlock()
+		return
+	}
+	n.down = true
+	n.timings = append(n.timings, RebootTiming{From: n.boot, Requested: now})
+	n.mu.Unlock()
+	go func() {
+		defer n.f.reboots.Done()
+		n.playSoftReboot()
+	}()
+}
+
+// playSoftReboot: the agent stops, the kubelet is down (NotReady), systemd
+// switches into the prepared root if there is one (the kernel and its boot
+// ID stay; SoftRebootsCount grows, over D-Bus too), status is stale for a
+// while, then the node is Ready in the same boot ID and the agent starts.
+func (n *ProcNode) playSoftReboot() {
+	ctx := n.f.ctx
+	n.stopAgent()
+	stopped := time.Now()
+	_ = n.Kubelet.SetReady(ctx, false, "")
+	down := n.f.opts.BootTime / 4
+	var newBoot string
+	var count uint32
+	var until time.Time
+	start := time.Now()
+	err := n.Bootc.Update(func(m *testbootc.Machine) error {
+		count = m.SoftReboot(testbootc.RebootOptions{StaleFor: n.f.opts.StaleAfterReboot + down})
+		newBoot = m.Boot()
+		if s := m.State().Stale; s != nil {
+			until = s.Until
+		}
+		return nil
+	})
+	if err == nil {
+		n.Systemd.SetSoftRebootsCount(count)
+	}
+	n.mu.Lock()
+	k := len(n.timings) - 1
+	n.timings[k].AgentStopped = stopped
+	if err == nil {
+		n.windows = append(n.windows, procBoot{start: start, boot: newBoot, prev: n.boot, staleUntil: until})
+		n.boot, n.softCount = newBoot, count
+		n.timings[k].To = newBoot
+	}
+	bootID := n.bootID
+	n.mu.Unlock()
+	if err != nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(down):
+	}
+	n.f.Log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: bootID, SoftRebootCount: count, Soft: true})
+	n.mu.Lock()
+	n.down = false
+	n.timings[k].Booted = time.Now()
+	n.mu.Unlock()
+	_ = n.startAgent()
+	_ = n.Kubelet.SetReady(ctx, true, bootID)
 }
 
 // nextConfirm waits for a confirmation of step not yet used by an event.

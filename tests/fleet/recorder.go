@@ -90,7 +90,7 @@ func logLease(log *Log, l *coordinationv1.Lease) {
 	rv, _ := strconv.ParseInt(l.ResourceVersion, 10, 64)
 	e := invariant.Event{Kind: invariant.LeaseVersion, Pool: pool, Lease: l.Name, RV: rv, Slot: kind}
 	if g, err := lease.Parse(l); err == nil {
-		e.Holder, e.Node, e.Image, e.BootID, e.Phase = g.Holder, g.Holder, g.Image.String(), g.BootID, g.Phase
+		e.Holder, e.Node, e.Image, e.BootID, e.SoftRebootCount, e.Phase = g.Holder, g.Holder, g.Image.String(), g.BootID, g.SoftRebootCount, g.Phase
 	}
 	log.Add(e)
 }

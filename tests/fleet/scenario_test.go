@@ -286,3 +286,19 @@ func TestMultiArchIndexRollout(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftRebootRollout: an AllowSoftReboot pool converges by one soft
+// reboot per node (no full reboot), every slot and cordon released.
+func TestSoftRebootRollout(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, r := range []Result{SoftRebootRollout(ctx, f, 1), SoftRebootFallback(ctx, f, 1)} {
+		if r.Failed() {
+			t.Error(r)
+		} else {
+			t.Logf("%s; reboots %v", r, r.Reboots)
+		}
+	}
+}

@@ -316,7 +316,21 @@ func upgrade(ctx context.Context, st Store, gen generationSpec, args []string, s
 	defer unlock()
 	var line string
 	if f.set["--from-downloaded"] {
-		err = st.Update(func(m *Machine) error { line, err = m.ApplyStaged(); return err })
+		var prepared bool
+		err = st.Update(func(m *Machine) error {
+			before := m.State().Staged
+			line, err = m.ApplyStaged(SoftRebootMode(f.softReboot))
+			prepared = f.softReboot != "" && before != nil && m.State().NextRoot == before.Digest
+			return err
+		})
+		if errors.Is(err, ErrSoftRebootNotCapable) {
+			// bootc unlocks before it looks at --soft-reboot.
+			fmt.Fprintln(stdout, line)
+			return result(stderr, err)
+		}
+		if prepared {
+			line += "\nStaged deployment is soft-reboot capable, preparing for soft-reboot..."
+		}
 	} else {
 		var fetch bool
 		if err := st.Update(func(m *Machine) error { fetch = m.needsFetch(); return nil }); err != nil {

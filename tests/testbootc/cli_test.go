@@ -106,6 +106,12 @@ func TestExecutableCommandLine(t *testing.T) {
 		{"upgrade flags conflict", g16, []string{"upgrade", "--from-downloaded", "--download-only"}, 2, "", "cannot be used with", "", false},
 		{"upgrade bad --soft-reboot", g16, []string{"upgrade", "--from-downloaded", "--soft-reboot=always"}, 2, "", "invalid value 'always'", "", false},
 		{"upgrade unknown flag", g16, []string{"upgrade", "--from-downloaded", "--bogus"}, 2, "", "unexpected argument '--bogus'", "", false},
+		{"upgrade --soft-reboot bad value", g16, []string{"upgrade", "--from-downloaded", "--soft-reboot=sometimes"}, 2, "", "invalid value 'sometimes' for '--soft-reboot <SOFT_REBOOT>'\n  [possible values: required, auto]", "", false},
+		{"upgrade --soft-reboot values are case-sensitive", g16, []string{"upgrade", "--from-downloaded", "--soft-reboot", "Auto"}, 2, "", "invalid value 'Auto'", "", false},
+		{"upgrade --soft-reboot without value", g16, []string{"upgrade", "--soft-reboot", "--from-downloaded"}, 2, "", "a value is required for '--soft-reboot <SOFT_REBOOT>' but none was supplied", "", false},
+		{"upgrade --soft-reboot= empty", g16, []string{"upgrade", "--from-downloaded", "--soft-reboot="}, 2, "", "a value is required for '--soft-reboot <SOFT_REBOOT>'", "", false},
+		{"upgrade --soft-reboot twice", g16, []string{"upgrade", "--from-downloaded", "--soft-reboot=auto", "--soft-reboot=auto"}, 2, "", "cannot be used multiple times", "", false},
+		{"upgrade --soft-reboot=auto with nothing staged", g16, []string{"upgrade", "--from-downloaded", "--soft-reboot=auto"}, 1, "", "No staged deployment", "", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,6 +224,63 @@ func TestExecutableSimReboot(t *testing.T) {
 	want := [][]string{{"switch", "--download-only", refB}, {"upgrade", "--from-downloaded"}, {"status", "--json"}, {"status", "--json"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("recorded %q, want %q", got, want)
+	}
+}
+
+// upgrade --from-downloaded --soft-reboot=auto|required prepares the soft
+// reboot (bootc's messages), and only then does a soft reboot enter the
+// staged deployment.
+func TestExecutableUpgradeSoftReboot(t *testing.T) {
+	tests := []struct {
+		name      string
+		capable   bool
+		args      []string
+		code      int
+		stdout    []string // lines, in order
+		stderrHas string
+		wantBoot  string // booted digest after sim-soft-reboot
+	}{
+		{"auto, capable", true, []string{"--soft-reboot=auto"}, 0,
+			[]string{"Staged deployment will now be applied on reboot", "Staged deployment is soft-reboot capable, preparing for soft-reboot..."}, "", dB},
+		{"auto as two arguments", true, []string{"--soft-reboot", "auto"}, 0,
+			[]string{"Staged deployment will now be applied on reboot", "Staged deployment is soft-reboot capable, preparing for soft-reboot..."}, "", dB},
+		{"required, capable", true, []string{"--soft-reboot=required"}, 0,
+			[]string{"Staged deployment will now be applied on reboot", "Staged deployment is soft-reboot capable, preparing for soft-reboot..."}, "", dB},
+		{"auto, not capable: unlocked, nothing prepared", false, []string{"--soft-reboot=auto"}, 0,
+			[]string{"Staged deployment will now be applied on reboot"}, "", dA},
+		{"required, not capable: unlocked, then bootc's error", false, []string{"--soft-reboot=required"}, 1,
+			[]string{"Staged deployment will now be applied on reboot"},
+			"error: Upgrading: Handling staged soft reboot: Handling soft reboot: Soft reboot was required but staged deployment is not soft-reboot capable", dA},
+		{"no --soft-reboot, capable: a soft reboot keeps the old root", true, nil, 0,
+			[]string{"Staged deployment will now be applied on reboot"}, "", dA},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := initDirGen(t, GenSwitchDownloadOnly)
+			if err := d.Configure(func(k *Knobs) { k.SoftRebootCapable = tc.capable }); err != nil {
+				t.Fatal(err)
+			}
+			if r := self(t, d, "switch", "--download-only", refB); r.code != 0 {
+				t.Fatalf("switch: %+v", r)
+			}
+			r := self(t, d, append([]string{"upgrade", "--from-downloaded"}, tc.args...)...)
+			if got := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != tc.code || !reflect.DeepEqual(got, tc.stdout) || !strings.Contains(r.stderr, tc.stderrHas) {
+				t.Fatalf("upgrade: exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q", r.code, got, r.stderr, tc.code, tc.stdout, tc.stderrHas)
+			}
+			if r := self(t, d, "upgrade", "--from-downloaded"); r.code != 0 || strings.TrimSpace(r.stdout) != "Staged deployment is already set to apply on reboot" {
+				t.Fatalf("second upgrade: %+v", r)
+			}
+			if r := self(t, d, "sim-soft-reboot"); r.code != 0 {
+				t.Fatalf("sim-soft-reboot: %+v", r)
+			}
+			st, err := bootc.Parse([]byte(self(t, d, "status", "--json").stdout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Booted == nil || st.Booted.Digest != tc.wantBoot {
+				t.Fatalf("after the soft reboot booted %+v, want %s", st.Booted, tc.wantBoot)
+			}
+		})
 	}
 }
 

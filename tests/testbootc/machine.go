@@ -80,6 +80,10 @@ type State struct {
 	Knobs           Knobs       `json:"knobs"`
 	// Stale, when set, is returned by Status instead of the current document.
 	Stale *Stale `json:"stale,omitempty"`
+	// NextRoot is the digest of the deployment a soft reboot was prepared
+	// for (ostree's /run/nextroot), if any. It lives in /run: a reboot and
+	// the soft reboot that uses it clear it.
+	NextRoot string `json:"nextRoot,omitempty"`
 }
 
 // Stale is a frozen status document returned until Until (or, with a zero
@@ -99,6 +103,10 @@ var (
 	ErrInvalidRef = errors.New("test-bootc: invalid image reference")
 	// ErrNoImage: upgrade with no tracked image (bootc cli.rs, upgrade).
 	ErrNoImage = errors.New("No image source specified")
+	// ErrSoftRebootNotCapable is bootc's error for --soft-reboot=required on
+	// a staged deployment that is not soft-reboot capable, with the context
+	// bootc's upgrade path adds (crates/lib/src/cli.rs, handle_soft_reboot).
+	ErrSoftRebootNotCapable = errors.New("Upgrading: Handling staged soft reboot: Handling soft reboot: Soft reboot was required but staged deployment is not soft-reboot capable")
 )
 
 // Messages bootc prints on stdout for the outcomes the agent meets
@@ -111,6 +119,15 @@ const (
 	MsgWillApply          = "Staged deployment will now be applied on reboot"
 	MsgAlreadyWillApply   = "Staged deployment is already set to apply on reboot"
 	msgSwitchDownloadOnly = "Image downloaded; it will not be applied on reboot until `bootc upgrade --from-downloaded`."
+)
+
+// SoftRebootMode is bootc's --soft-reboot value (crates/lib/src/cli.rs,
+// SoftRebootMode): "" (the flag not given), "auto" or "required".
+type SoftRebootMode string
+
+const (
+	SoftRebootAuto     SoftRebootMode = "auto"
+	SoftRebootRequired SoftRebootMode = "required"
 )
 
 // FailureError is returned when a Failure knob fired.
@@ -358,27 +375,51 @@ func ParseSwitchRef(ref string) (imageref.Pinned, error) {
 }
 
 // Apply unlocks the staged deployment (`bootc upgrade --from-downloaded`).
-func (m *Machine) Apply() error {
-	_, err := m.ApplyStaged()
+// It prepares no soft reboot.
+func (m *Machine) Apply() error { return m.ApplySoft("") }
+
+// ApplySoft is ApplyStaged without the line bootc prints.
+func (m *Machine) ApplySoft(mode SoftRebootMode) error {
+	_, err := m.ApplyStaged(mode)
 	return err
 }
 
-// ApplyStaged is Apply returning the line bootc prints (crates/lib/src/cli.rs,
-// upgrade with from_downloaded).
-func (m *Machine) ApplyStaged() (string, error) {
+// ApplyStaged is `bootc upgrade --from-downloaded --soft-reboot=<mode>`, and
+// returns the line bootc prints: it unlocks the staged deployment and then,
+// with a mode, prepares a soft reboot into it if the staged deployment is
+// soft-reboot capable (bootc crates/lib/src/cli.rs: upgrade() with
+// from_downloaded calls handle_staged_soft_reboot, which runs ostree's
+// deployment_set_soft_reboot, setting up /run/nextroot), also when it was
+// unlocked already. "auto" on an incapable deployment prepares nothing and
+// succeeds; "required" fails, after the unlock, as bootc does. Capability is
+// the staged entry's as read before the unlock, as bootc reads host status
+// once at the start of upgrade.
+func (m *Machine) ApplyStaged(mode SoftRebootMode) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if mode != "" && mode != SoftRebootAuto && mode != SoftRebootRequired {
+		return "", fmt.Errorf("test-bootc: soft-reboot mode %q is neither auto nor required", mode)
+	}
 	if err := fire(&m.s.Knobs.ApplyFailure); err != nil {
 		return "", err
 	}
 	if m.s.Staged == nil {
 		return "", ErrNoStaged
 	}
-	if !m.s.Staged.DownloadOnly {
-		return MsgAlreadyWillApply, nil
+	capable := m.s.Staged.SoftRebootCapable
+	line := MsgAlreadyWillApply
+	if m.s.Staged.DownloadOnly {
+		m.s.Staged.DownloadOnly = false
+		line = MsgWillApply
 	}
-	m.s.Staged.DownloadOnly = false
-	return MsgWillApply, nil
+	switch {
+	case mode == "":
+	case capable:
+		m.s.NextRoot = m.s.Staged.Digest
+	case mode == SoftRebootRequired:
+		return line, ErrSoftRebootNotCapable // after the unlock, as bootc
+	}
+	return line, nil
 }
 
 // RebootOptions shape a simulated reboot.
@@ -394,14 +435,15 @@ type RebootOptions struct {
 // ostree keeps a staged deployment only in /run (/run/ostree/staged-deployment),
 // it is gone after the reboot (bootc docs/src/upgrades.md: "the staged
 // deployment will be discarded"; ostree-sysroot-deploy.c,
-// _ostree_sysroot_finalize_impl_staged_deployment). The boot ID changes. It
-// returns the new boot ID.
+// _ostree_sysroot_finalize_impl_staged_deployment). The boot ID changes, and a
+// prepared soft reboot (in /run) is gone. It returns the new boot ID.
 func (m *Machine) Reboot(opts RebootOptions) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pre := render(m.s)
 	preBoot := m.bootLocked()
 	m.transition(true)
+	m.s.NextRoot = ""
 	m.s.BootID = NewBootID()
 	m.s.Reboots++
 	m.stale(pre, preBoot, opts)
@@ -409,17 +451,24 @@ func (m *Machine) Reboot(opts RebootOptions) string {
 }
 
 // SoftReboot plays a systemd soft reboot: the kernel stays, so the boot ID
-// does not change and the soft-reboot count grows. Only an unlocked,
-// soft-reboot capable staged deployment is entered; otherwise userspace
-// restarts on the same deployment.
+// does not change and the soft-reboot count grows. systemd switches into
+// /run/nextroot when it holds an OS tree (systemd-soft-reboot.service(8)),
+// and for ostree only `bootc upgrade/switch --soft-reboot=auto|required` on
+// a soft-reboot capable staged deployment puts it there (bootc
+// crates/lib/src/cli.rs, prepare_soft_reboot: ostree's
+// deployment_set_soft_reboot). So the staged deployment is entered only if
+// it was unlocked and prepared that way and is still the one staged;
+// otherwise userspace restarts on the same deployment, and the staged
+// deployment stays as it was. The prepared root is used up either way.
 func (m *Machine) SoftReboot(opts RebootOptions) uint32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pre := render(m.s)
 	preBoot := m.bootLocked()
-	if st := m.s.Staged; st != nil && !st.DownloadOnly && st.SoftRebootCapable {
+	if st := m.s.Staged; st != nil && !st.DownloadOnly && st.SoftRebootCapable && m.s.NextRoot == st.Digest {
 		m.transition(false)
 	}
+	m.s.NextRoot = ""
 	m.s.SoftRebootCount++
 	m.s.SoftReboots++
 	m.stale(pre, preBoot, opts)

@@ -220,16 +220,60 @@ func TestMachineReboots(t *testing.T) {
 		{"switch to the booted image is a no-op", Knobs{}, func(t *testing.T, m *Machine) {
 			must(t, m.Switch(refA))
 		}, wantDoc{booted: dA}, false, 0},
-		{"soft reboot enters a capable unlocked image, same boot ID", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
+		{"soft reboot enters a capable image unlocked with --soft-reboot=auto, same boot ID", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
 			must(t, m.Switch(refB))
-			must(t, m.Apply())
+			must(t, m.ApplySoft(SoftRebootAuto))
 			m.SoftReboot(RebootOptions{})
 		}, wantDoc{booted: dB, rollback: dA}, false, 1},
-		{"soft reboot does not enter an incapable image", Knobs{}, func(t *testing.T, m *Machine) {
+		{"soft reboot enters a capable image unlocked with --soft-reboot=required", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.ApplySoft(SoftRebootRequired))
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dB, rollback: dA}, false, 1},
+		// Without --soft-reboot nothing set up /run/nextroot: systemd
+		// restarts userspace on the old root.
+		{"soft reboot after a plain unlock stays on the booted image", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
 			must(t, m.Switch(refB))
 			must(t, m.Apply())
 			m.SoftReboot(RebootOptions{})
 		}, wantDoc{booted: dA, staged: dB}, false, 1},
+		{"soft reboot does not enter an incapable image (auto prepared nothing)", Knobs{}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.ApplySoft(SoftRebootAuto))
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dA, staged: dB}, false, 1},
+		{"a soft reboot prepared for a replaced staged image does not enter the new one", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.ApplySoft(SoftRebootAuto))
+			must(t, m.Switch(refC))
+			must(t, m.Apply())
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dA, staged: dC}, false, 1},
+		{"a prepared soft reboot is used up by the soft reboot", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			m.SoftReboot(RebootOptions{})
+			must(t, m.Switch(refC))
+			must(t, m.ApplySoft(SoftRebootAuto))
+			m.SoftReboot(RebootOptions{})
+			if nr := m.State().NextRoot; nr != "" {
+				t.Errorf("NextRoot %q after the soft reboot that used it", nr)
+			}
+			must(t, m.Switch(refB))
+			must(t, m.Apply())
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dC, rollback: dA, staged: dB}, false, 3},
+		{"a full reboot drops the prepared soft reboot (it lives in /run)", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
+			must(t, m.Switch(refB))
+			must(t, m.ApplySoft(SoftRebootAuto))
+			m.Reboot(RebootOptions{})
+			must(t, m.Switch(refC))
+			must(t, m.Apply())
+			if nr := m.State().NextRoot; nr != "" {
+				t.Errorf("NextRoot %q after a full reboot", nr)
+			}
+			m.SoftReboot(RebootOptions{})
+		}, wantDoc{booted: dB, rollback: dA, staged: dC}, true, 1},
 		{"soft reboot does not enter a locked image", Knobs{SoftRebootCapable: true}, func(t *testing.T, m *Machine) {
 			must(t, m.Switch(refB))
 			m.SoftReboot(RebootOptions{})
@@ -251,6 +295,25 @@ func TestMachineReboots(t *testing.T) {
 				t.Errorf("SoftRebootCount = %d, want %d", got, tc.softCount)
 			}
 		})
+	}
+}
+
+// bootc unlocks first and then checks the soft-reboot mode, so "required"
+// on an incapable deployment fails with the deployment already unlocked.
+func TestMachineSoftRebootRequired(t *testing.T) {
+	m := booted(t, refA)
+	must(t, m.Switch(refB))
+	if err := m.ApplySoft(SoftRebootRequired); !errors.Is(err, ErrSoftRebootNotCapable) {
+		t.Fatalf("ApplySoft(required) on an incapable image = %v, want ErrSoftRebootNotCapable", err)
+	}
+	if st := m.State(); st.Staged == nil || st.Staged.DownloadOnly || st.NextRoot != "" {
+		t.Fatalf("after the failed required: staged %+v, nextRoot %q; want unlocked, none prepared", st.Staged, st.NextRoot)
+	}
+	if err := m.ApplySoft("sometimes"); err == nil {
+		t.Fatal("ApplySoft accepted an unknown mode")
+	}
+	if err := booted(t, refA).ApplySoft(SoftRebootAuto); !errors.Is(err, ErrNoStaged) {
+		t.Fatalf("ApplySoft with nothing staged = %v, want ErrNoStaged", err)
 	}
 }
 

@@ -37,11 +37,14 @@ const (
 	// deployment of Image (a shutdown would apply it). It must be under a
 	// grant (stage or reboot) for that image and boot.
 	Unlocked Kind = "Unlocked"
-	// Reboot: the agent asked logind (or systemd) to reboot.
+	// Reboot: the agent asked logind to reboot; Soft marks a soft reboot
+	// (RebootWithFlags with SD_LOGIND_SOFT_REBOOT), which is a reboot for
+	// every invariant: gated, cordoned, one per grant.
 	Reboot Kind = "Reboot"
 	// UnplannedReboot: the harness rebooted a node on its own (power loss).
 	UnplannedReboot Kind = "UnplannedReboot"
-	// Boot: the node came up in a new boot (BootID).
+	// Boot: the node came up in a new boot (BootID, SoftRebootCount; Soft
+	// for a soft reboot, which keeps the boot ID).
 	Boot Kind = "Boot"
 )
 
@@ -63,6 +66,9 @@ type Event struct {
 	// Actions and grants
 	Image  string // repo@sha256
 	BootID string // grant: the grant's boot; action: the node's current boot; Boot: the new boot
+	// SoftRebootCount completes BootID as a boot identity: a grant's
+	// recorded count, the node's count when it acted, or the new boot's.
+	SoftRebootCount uint32
 	// CurrentBoot is the node's boot (boot ID and soft-reboot count) when it
 	// acted; ContentBoot is the boot whose state the status the action was
 	// based on describes. They differ only when the status was stale.
@@ -92,6 +98,12 @@ func (e Event) String() string {
 	add("phase", string(e.Phase))
 	add("image", short(e.Image))
 	add("boot", short(e.BootID))
+	if e.SoftRebootCount != 0 {
+		add("softReboots", fmt.Sprint(e.SoftRebootCount))
+	}
+	if e.Soft {
+		add("soft", "true")
+	}
 	if e.ContentBoot != e.CurrentBoot {
 		add("contentBoot", short(e.ContentBoot))
 	}
@@ -213,8 +225,8 @@ func checkGated(evs []Event) []Violation {
 			why = fmt.Sprintf("%s slot used for %s", g.Slot, e.Kind)
 		case g.Image != e.Image:
 			why = fmt.Sprintf("grant for image %s", g.Image)
-		case g.BootID != e.BootID:
-			why = fmt.Sprintf("grant issued in boot %s, node in boot %s", g.BootID, e.BootID)
+		case g.BootID != e.BootID || g.SoftRebootCount != e.SoftRebootCount:
+			why = fmt.Sprintf("grant issued in boot %s/%d, node in boot %s/%d", g.BootID, g.SoftRebootCount, e.BootID, e.SoftRebootCount)
 		case want == lease.KindReboot && g.Phase != lease.PhaseReboot:
 			why = fmt.Sprintf("reboot grant in phase %q", g.Phase)
 		}
@@ -279,8 +291,9 @@ func checkBudget(evs []Event, pools map[string]Pool) []Violation {
 	return out
 }
 
-// checkOneRebootPerGrant is I3: reboots of a node never exceed the reboot
-// grants it got, and no grant is spent twice.
+// checkOneRebootPerGrant is I3: reboots of a node, soft or full, never
+// exceed the reboot grants it got, and no grant is spent twice. A boot is a
+// boot ID and a soft-reboot count: a soft reboot keeps the boot ID.
 func checkOneRebootPerGrant(evs []Event) []Violation {
 	grants := map[string]map[string]bool{} // node -> lease#transition identity (lease+boot)
 	spent := map[string]Event{}            // grant identity -> the reboot that spent it
@@ -291,7 +304,7 @@ func checkOneRebootPerGrant(evs []Event) []Violation {
 		switch e.Kind {
 		case LeaseVersion:
 			// A new grant: the holder changed to a node, or the boot it was issued in changed.
-			id := e.Lease + "/" + e.BootID + "/" + e.Image
+			id := fmt.Sprintf("%s/%s/%d/%s", e.Lease, e.BootID, e.SoftRebootCount, e.Image)
 			if e.Slot == lease.KindReboot && e.Holder != "" && lastHolder[e.Lease] != e.Holder+id {
 				if grants[e.Holder] == nil {
 					grants[e.Holder] = map[string]bool{}
@@ -301,7 +314,7 @@ func checkOneRebootPerGrant(evs []Event) []Violation {
 			lastHolder[e.Lease] = e.Holder + id
 		case Reboot:
 			reboots[e.Node] = append(reboots[e.Node], e)
-			id := fmt.Sprintf("%s@boot %s", e.GrantLease, e.BootID)
+			id := fmt.Sprintf("%s@boot %s/%d", e.GrantLease, e.BootID, e.SoftRebootCount)
 			if first, dup := spent[id]; dup {
 				out = append(out, Violation{"I3", e.Node, "one grant spent on two reboots", []Event{first, e}})
 			}

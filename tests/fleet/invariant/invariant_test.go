@@ -56,6 +56,30 @@ func cleanRun() *log {
 	return l
 }
 
+// softGrant logs a grant issued at a soft-reboot count.
+func softGrant(l *log, name string, rv int64, node string, kind lease.Kind, img, boot string, soft uint32, phase lease.Phase) {
+	l.add(Event{Kind: LeaseVersion, Lease: name, RV: rv, Holder: node, Node: node, Slot: kind, Image: img, BootID: boot, SoftRebootCount: soft, Phase: phase})
+}
+
+// softRun is one node going from imgA to imgB by a soft reboot: the boot ID
+// stays boot1, the soft-reboot count goes 0 -> 1.
+func softRun() *log {
+	l := &log{}
+	softGrant(l, "p-stage-0", 1, "n1", lease.KindStage, imgB, boot1, 0, "")
+	l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1, CurrentBoot: boot1 + "/0", GrantLease: "p-stage-0", GrantRV: 1})
+	l.add(Event{Kind: StageEnd, Node: "n1"})
+	grant(l, "p-stage-0", 2, "", lease.KindStage, "", "", "")
+	softGrant(l, "p-reboot-0", 3, "n1", lease.KindReboot, imgB, boot1, 0, lease.PhaseDraining)
+	l.add(Event{Kind: Cordon, Node: "n1"})
+	softGrant(l, "p-reboot-0", 4, "n1", lease.KindReboot, imgB, boot1, 0, lease.PhaseReboot)
+	l.add(Event{Kind: Apply, Node: "n1", Image: imgB, BootID: boot1, CurrentBoot: boot1 + "/0", GrantLease: "p-reboot-0", GrantRV: 4})
+	l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, CurrentBoot: boot1 + "/0", GrantLease: "p-reboot-0", GrantRV: 4, Soft: true})
+	l.add(Event{Kind: Boot, Node: "n1", BootID: boot1, SoftRebootCount: 1, Soft: true})
+	grant(l, "p-reboot-0", 5, "", lease.KindReboot, "", "", "")
+	l.add(Event{Kind: Uncordon, Node: "n1"})
+	return l
+}
+
 func finalOK() Final {
 	return Final{Target: map[string]string{"p": imgB}, Halted: map[string]bool{},
 		Nodes: map[string]FinalNode{"n1": {Pool: "p", Booted: imgB, Phase: "Idle", Healthy: true}}}
@@ -64,6 +88,23 @@ func finalOK() Final {
 func TestCleanRunHasNoViolations(t *testing.T) {
 	if v := Check(cleanRun().evs, pools, finalOK()); len(v) != 0 {
 		t.Fatalf("violations on a clean run: %v", v)
+	}
+	if v := Check(softRun().evs, pools, finalOK()); len(v) != 0 {
+		t.Fatalf("violations on a clean soft-reboot run: %v", v)
+	}
+	// A second rollout by soft reboot in the same boot ID: a new grant,
+	// issued at count 1, spent at count 1.
+	l := softRun()
+	softGrant(l, "p-reboot-0", 6, "n1", lease.KindReboot, imgA, boot1, 1, lease.PhaseDraining)
+	l.add(Event{Kind: Cordon, Node: "n1"})
+	softGrant(l, "p-reboot-0", 7, "n1", lease.KindReboot, imgA, boot1, 1, lease.PhaseReboot)
+	l.add(Event{Kind: Reboot, Node: "n1", Image: imgA, BootID: boot1, SoftRebootCount: 1, CurrentBoot: boot1 + "/1", GrantLease: "p-reboot-0", GrantRV: 7, Soft: true})
+	l.add(Event{Kind: Uncordon, Node: "n1"})
+	final := finalOK()
+	final.Target["p"] = imgA
+	final.Nodes["n1"] = FinalNode{Pool: "p", Booted: imgA, Phase: "Idle", Healthy: true}
+	if v := Check(l.evs, pools, final); len(v) != 0 {
+		t.Fatalf("violations on two soft-reboot rollouts: %v", v)
 	}
 }
 
@@ -153,6 +194,45 @@ func TestViolations(t *testing.T) {
 			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
 			return l
 		}, finalOK, "I2 agent rebooted a node that was not cordoned"},
+		// Soft reboots are reboots to every invariant.
+		{"soft reboot under the grant of the boot before a soft reboot", func() *log {
+			l := &log{}
+			softGrant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, 0, lease.PhaseReboot)
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, SoftRebootCount: 1, GrantLease: "p-reboot-0", GrantRV: 1, Soft: true})
+			return l
+		}, finalOK, "I1 grant issued in boot boot-1/0, node in boot boot-1/1"},
+		{"soft reboot without a grant", func() *log {
+			l := &log{}
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, Soft: true})
+			return l
+		}, finalOK, "I1 no grant named"},
+		{"soft reboot of an uncordoned node", func() *log {
+			l := &log{}
+			grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1, Soft: true})
+			return l
+		}, finalOK, "I2 agent rebooted a node that was not cordoned"},
+		{"one grant spent on two soft reboots", func() *log {
+			l := softRun()
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, CurrentBoot: boot1 + "/0", GrantLease: "p-reboot-0", GrantRV: 4, Soft: true})
+			return l
+		}, finalOK, "I3 one grant spent on two reboots"},
+		{"a soft and a full reboot for one grant", func() *log {
+			l := softRun()
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, SoftRebootCount: 1, CurrentBoot: boot1 + "/1", GrantLease: "p-reboot-0", GrantRV: 4})
+			return l
+		}, finalOK, "I3 2 reboots, 1 reboot grants"},
+		{"soft reboot on a status read before the last soft reboot", func() *log {
+			l := &log{}
+			softGrant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, 1, lease.PhaseReboot)
+			l.add(Event{Kind: Cordon, Node: "n1"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, SoftRebootCount: 1, CurrentBoot: boot1 + "/1", ContentBoot: boot1 + "/0",
+				GrantLease: "p-reboot-0", GrantRV: 1, Soft: true})
+			return l
+		}, finalOK, "I5 Reboot based on status from boot boot-1/0"},
 		{"healthy node on the old image", cleanRun, func() Final {
 			f := finalOK()
 			f.Nodes["n1"] = FinalNode{Pool: "p", Booted: imgA, Healthy: true}

@@ -30,9 +30,9 @@ func main() {
 		addressFile = flag.String("address-file", "", "also write the bus address to this file")
 		marker      = flag.String("marker", "", "append one line per reboot/soft-reboot/poweroff to this file")
 		onReboot    = flag.String("on-reboot", "", "program to start on logind Reboot (no shell)")
-		onSoft      = flag.String("on-soft-reboot", "", "program to start on StartUnit(soft-reboot.target)")
+		onSoft      = flag.String("on-soft-reboot", "", "program to start on a soft reboot (logind RebootWithFlags(SD_LOGIND_SOFT_REBOOT) or StartUnit(soft-reboot.target))")
 		softCount   = flag.Uint("soft-reboots-count", 0, "initial SoftRebootsCount")
-		noSoftCount = flag.Bool("no-soft-reboots-count", false, "omit SoftRebootsCount, like systemd 252")
+		noSoftCount = flag.Bool("no-soft-reboots-count", false, "omit SoftRebootsCount and logind's soft-reboot flag, like systemd 252")
 		jobResult   = flag.String("job-result", "done", "result of every systemd job")
 		rebootArgs  strList
 		softArgs    strList
@@ -99,15 +99,20 @@ func run(dir, addressFile, marker, onReboot string, rebootArgs []string, onSoft 
 	}
 
 	sd := &fakedbus.Systemd1{SoftRebootsCount: softCount, OmitSoftRebootsCount: noSoftCount, JobResult: jobResult}
-	sd.OnSoftReboot = func() {
+	softReboot := func() {
 		record("soft-reboot")
 		start(onSoft, softArgs)
 		// The count the next userspace will read.
 		sd.SetSoftRebootsCount(sd.CurrentSoftRebootsCount() + 1)
 	}
+	// A soft reboot comes through logind (as `systemctl soft-reboot` and
+	// the agent ask for it) or straight from starting the target.
+	sd.OnSoftReboot = softReboot
 	l1 := &fakedbus.Login1{
-		OnReboot:   func() { record("reboot"); start(onReboot, rebootArgs) },
-		OnPowerOff: func() { record("poweroff") },
+		OnReboot:     func() { record("reboot"); start(onReboot, rebootArgs) },
+		OnSoftReboot: softReboot,
+		OnPowerOff:   func() { record("poweroff") },
+		NoSoftReboot: noSoftCount,
 	}
 	if err := sd.Serve(addr); err != nil {
 		return err
