@@ -23,9 +23,10 @@ type Claim struct {
 // grant issued in another boot is listed as released (GrantedInAnotherBoot). A stage
 // grant is released when the stage failed lease.MaxStageAttempts times under
 // it, or when a is a Degraded verdict (the agent cannot use the grant, so it
-// must not keep the slot from the next node). Reboot grants are never
-// released by the agent: the coordinator's rebootTimeout, which no report of
-// the agent extends, decides about them.
+// must not keep the slot from the next node). A reboot grant is released
+// only when it is of an earlier boot and the agent never used it
+// (RebootGrantUnused); otherwise the coordinator's rebootTimeout, which no
+// report of the agent extends, decides about it.
 func Claims(o Observation, a Action) []Claim {
 	var out []Claim
 	for _, g := range o.Grants {
@@ -34,11 +35,17 @@ func Claims(o Observation, a Action) []Claim {
 		}
 		if !grantedIn(g.Grant, o.Boot) {
 			// Void in this boot (I5): a stage grant is said to be let go of,
-			// so its slot is handed on. A reboot grant of the last boot is
-			// the one the coordinator is verifying: nothing to say, and not
-			// saying it saves a status write per reboot.
-			if g.Kind == lease.KindStage {
+			// so its slot is handed on. A reboot grant of the last boot that
+			// a reboot of ours spent (or a record names) is the one the
+			// coordinator is verifying: nothing to say. One the agent never
+			// used is said to be unused, so the coordinator does not wait
+			// for a reboot into the image that will never come (the node
+			// went down some other way, and a locked stage went with it).
+			switch {
+			case g.Kind == lease.KindStage:
 				out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonGrantedInAnotherBoot})
+			case !spent(o, g.ID) && !(o.Record.Present && o.Record.Grant == g.ID) && o.Record.Unreadable == "":
+				out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonRebootGrantUnused})
 			}
 			continue
 		}

@@ -57,11 +57,33 @@ func TestClaims(t *testing.T) {
 			o.Grants = []HeldGrant{reboot}
 			return o
 		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRebootDidNotHappen}, map[string]string{reboot.Lease: ""}},
-		{"the reboot grant of the last boot is not listed", func() Observation {
+		{"the reboot grant of the last boot that the record names is not listed (the coordinator verifies it)", func() Observation {
+			g := grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)
 			o := base()
-			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)}
+			o.Record = RecordState{Present: true, Grant: g.ID, Image: imgV2, Boot: BootIdentity{BootID: bootB}, Recorded: t0.Add(-time.Minute)}
+			o.Grants = []HeldGrant{g}
 			return o
 		}, Action{Phase: fleetv1.PhaseIdle}, map[string]string{}},
+		{"a reboot grant of the last boot a reboot spent is not listed", func() Observation {
+			g := grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)
+			o := base()
+			o.Spent = []lease.ID{g.ID}
+			o.Grants = []HeldGrant{g}
+			return o
+		}, Action{Phase: fleetv1.PhaseIdle}, map[string]string{}},
+		{"a reboot grant of the last boot the agent never used is listed as unused", func() Observation {
+			g := grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)
+			o := base()
+			o.Grants = []HeldGrant{g}
+			return o
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{reboot.Lease: fleetv1.ReasonRebootGrantUnused}},
+		{"with an unreadable record nothing is said about a reboot grant of the last boot", func() Observation {
+			g := grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)
+			o := base()
+			o.Record = RecordState{Unreadable: "torn"}
+			o.Grants = []HeldGrant{g}
+			return o
+		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRecordUnreadable}, map[string]string{}},
 		{"a spent reboot grant is not listed", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{reboot}

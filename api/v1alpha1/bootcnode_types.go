@@ -71,6 +71,11 @@ const (
 	// ReasonGrantedInAnotherBoot: a grant the agent lists as released because
 	// it was issued in another boot (void in this one).
 	ReasonGrantedInAnotherBoot = "GrantedInAnotherBoot"
+	// ReasonRebootGrantUnused: a reboot grant of an earlier boot that the
+	// agent lists as released because it never rebooted under it (no reboot
+	// record names it and no reboot spent it): the node went down some
+	// other way (power loss, a person) before the agent used the grant.
+	ReasonRebootGrantUnused = "RebootGrantUnused"
 	// ReasonBootcUnsupported: the installed bootc cannot stage an image
 	// without applying it; the message names the version found.
 	ReasonBootcUnsupported = "BootcUnsupported"

@@ -202,6 +202,17 @@ func softRebootedSince(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) bool 
 	return st != nil && n.BootID == g.BootID && softCount(st) > g.SoftRebootCount
 }
 
+// unusedInEarlierBoot: the node is in another boot than the grant's, and its
+// agent, reporting in that boot, lists the grant as never used
+// (RebootGrantUnused: no reboot record names it, no reboot spent it).
+func unusedInEarlierBoot(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) bool {
+	if st == nil || (n.BootID == g.BootID && softCount(st) == g.SoftRebootCount) {
+		return false
+	}
+	c, ok := claimOf(st, g.ID)
+	return ok && c.Released == fleetv1.ReasonRebootGrantUnused
+}
+
 // verifiedBack says whether the node came back from the reboot grant g: Ready
 // and booted on the grant's image, in a boot other than the one g was issued
 // in, as the agent reports it in the kubelet's current boot. A full reboot
@@ -327,6 +338,15 @@ func (p *planner) held(s Slot) {
 			}
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
 			p.event("Normal", EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
+			delete(p.failedSlot, g.Holder)
+		case unusedInEarlierBoot(n, st, g):
+			// The node went down some other way (power loss, a person)
+			// before its agent used the grant, and is back: no reboot into
+			// the image will come under it, and the locked stage is gone.
+			// Up and Ready, it holds no budget; it is staged again.
+			p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
+			p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
+				s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
 		// renewTime is when the coordinator advanced the grant to Reboot;
 		// no agent writes a Lease, so nothing a node does extends it.

@@ -438,6 +438,46 @@ func TestRebootSlotReleasedOnlyWhenVerified(t *testing.T) {
 	}
 }
 
+// A node that went down some other way while it held a reboot grant in
+// phase Reboot comes back on its old image with its locked stage gone. Its
+// agent lists the grant as unused: the slot is revoked (and the cordon
+// lifted) at once, not held until rebootTimeout halts the pool.
+func TestUnusedRebootGrantOfAnEarlierBootIsRevoked(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		sameBoot   bool
+		released   string
+		wantRevoke bool
+	}{
+		{"new boot, agent says unused", false, fleetv1.ReasonRebootGrantUnused, true},
+		{"new boot, agent says nothing (it rebooted under it)", false, "", false},
+		{"new boot, another reason", false, fleetv1.ReasonGrantedInAnotherBoot, false},
+		{"same boot, agent says unused", true, fleetv1.ReasonRebootGrantUnused, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := rebootingWorld(t, false)
+			s, _ := w.grantOf("node-00", lease.KindReboot)
+			if !c.sameBoot {
+				w.reboot("node-00")
+			}
+			w.agentReports("node-00", imgV0, imageref.Pinned{}, fleetv1.PhaseWaiting)
+			w.bns["node-00"].Status.Grants = []fleetv1.GrantInUse{{Lease: s.Grant.ID.Lease, UID: s.Grant.ID.UID,
+				LeaseTransitions: s.Grant.ID.Transitions, Released: c.released}}
+			w.now = w.now.Add(15*time.Minute + time.Second) // past rebootTimeout
+			out := w.plan()
+			rev := changes(out, OpRevoke, lease.KindReboot)
+			if got := len(rev) == 1; got != c.wantRevoke {
+				t.Fatalf("revoke: got %v, want %v (%+v)", got, c.wantRevoke, out.Changes)
+			}
+			if c.wantRevoke {
+				if !rev[0].Uncordon || len(changes(out, OpMarkFailed, lease.KindReboot)) != 0 || !hasEvent(out, EventGrantRevoked, "node-00") {
+					t.Fatalf("revoke %+v; changes %+v; events %+v", rev[0], out.Changes, out.Events)
+				}
+			}
+		})
+	}
+}
+
 func TestReleaseRestoresSomeoneElsesCordon(t *testing.T) {
 	w := rebootingWorld(t, true)
 	w.reboot("node-00")

@@ -5,21 +5,30 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bootc-fleet/bootc-fleet/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
 
-// LostStage: a node that staged the target locked and waits for a reboot
-// slot loses power. bootc discards a download-only staged deployment at a
-// reboot, so the node comes back with nothing staged; it must report that,
-// let go of the stage grant of the old boot, be granted a stage again in its
-// new boot, stage again, and then take its one gated reboot like the others.
-func LostStage(ctx context.Context, f *Fleet, seed int64) Result {
+// LostStage: a node that staged the target locked loses power. bootc
+// discards a download-only staged deployment at a reboot, so the node comes
+// back with nothing staged; it must report that, let go of the grants of the
+// old boot, be granted a stage again in its new boot, stage again, and then
+// take its one gated reboot like the others. With underRebootGrant the power
+// cut comes while the node holds a reboot grant in phase Reboot that its
+// agent (stopped) never used: the agent lists it as unused in the new boot
+// and the coordinator revokes it at once, neither waiting for rebootTimeout
+// nor counting a failure.
+func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool) Result {
 	start := time.Now()
 	name := fmt.Sprintf("lost%04d", seed)
+	if underRebootGrant {
+		name = fmt.Sprintf("lostrb%04d", seed)
+	}
 	res := Result{Seed: seed, Pool: name}
 	opts := PoolOptions{Nodes: 3, MaxUnavailable: 1, MaxStaging: 3, HaltAfter: 1, RebootTimeout: time.Minute}
 	gen := generationFor(seed)
@@ -51,6 +60,14 @@ func LostStage(ctx context.Context, f *Fleet, seed int64) Result {
 		res.Duration = time.Since(start)
 		return res
 	}
+	if underRebootGrant {
+		// Its agent stops (so it cannot use the grant), and the power cut
+		// comes once the coordinator moved its reboot grant to phase Reboot.
+		victim.StopAgent()
+		if !waitFor(ctx, 2*time.Minute, func() bool { return f.holdsRebootPhase(ctx, name, victim.Name) }) {
+			res.Problems = append(res.Problems, victim.Name+" never held a reboot grant in phase Reboot")
+		}
+	}
 	victim.Reboot(ctx, false)
 	if !waitFor(ctx, time.Minute, func() bool { return !victim.Down() && victim.Machine.State().Reboots == 1 }) {
 		res.Problems = append(res.Problems, victim.Name+" did not come back from its power cut")
@@ -78,10 +95,27 @@ func LostStage(ctx context.Context, f *Fleet, seed int64) Result {
 			res.Problems = append(res.Problems, fmt.Sprintf("%s took %d gated reboots, want 1", n.Name, got))
 		}
 	}
+	if p.Halted() || p.Status().Failures != 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("the lost stage counted as a failure: halted %v, failures %d", p.Halted(), p.Status().Failures))
+	}
 	res.Violations = p.Check(v2, invariant.Pool{MaxUnavailable: 1, MaxStaging: 3, HaltAfter: 1})
 	res.Duration = time.Since(start)
 	if !res.Failed() {
 		p.Remove()
 	}
 	return res
+}
+
+// holdsRebootPhase: node holds a reboot grant of pool in phase Reboot.
+func (f *Fleet) holdsRebootPhase(ctx context.Context, pool, node string) bool {
+	list, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + pool})
+	if err != nil {
+		return false
+	}
+	for _, l := range list.Items {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == node && l.Annotations[lease.AnnotationPhase] == string(lease.PhaseReboot) {
+			return true
+		}
+	}
+	return false
 }

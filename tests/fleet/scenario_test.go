@@ -253,13 +253,17 @@ func TestQuietAgentIsNamedOnThePool(t *testing.T) {
 
 // A node that loses power while staged loses its download-only deployment,
 // is staged again under a new grant, and still reboots exactly once under a
-// grant; in both bootc generations that can stage locked.
+// grant; in both bootc generations that can stage locked, waiting for a
+// reboot slot or holding one it had not used yet.
 func TestLostStageIsStagedAgain(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
 	f := Start(t, Options{})
-	for _, seed := range []int64{1, 2} {
-		t.Run(string(generationFor(seed)), func(t *testing.T) {
-			if r := LostStage(context.Background(), f, seed); r.Failed() {
+	for _, tc := range []struct {
+		seed             int64
+		underRebootGrant bool
+	}{{1, false}, {2, false}, {3, true}, {4, true}} {
+		t.Run(fmt.Sprintf("%s/underRebootGrant=%v", generationFor(tc.seed), tc.underRebootGrant), func(t *testing.T) {
+			if r := LostStage(context.Background(), f, tc.seed, tc.underRebootGrant); r.Failed() {
 				t.Fatal(r)
 			} else {
 				t.Logf("%s; reboots %v", r, r.Reboots)
