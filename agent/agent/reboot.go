@@ -93,6 +93,15 @@ func (r *runner) applyAndReboot(ctx context.Context, o decide.Observation, a dec
 		err = r.deps.Host.Reboot(rctx)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			// logind starts the (soft) reboot before it answers, and
+			// stopping the agent is part of it: this is the usual end of a
+			// reboot request, not a failure. Were it not, the next start
+			// finds the record in the same boot and asks again (rule 1).
+			r.log.Info("stopped while logind took the reboot request (the host is going down)", "soft", soft,
+				"grant", a.Grant.String(), "image", a.Image.String(), "err", err)
+			return false
+		}
 		r.log.Error("reboot request failed; will retry while the grant is valid", "soft", soft, "err", err)
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,12 +66,16 @@ type Transition struct {
 
 // BootLog is what the harness saw of one boot.
 type BootLog struct {
-	N                int
-	BootID           string
-	Started, Up      time.Time
-	Down             time.Time
-	Exit             int
-	HarnessRebooted  bool // the harness ran `systemctl reboot`, not the agent
+	N               int
+	BootID          string
+	Started, Up     time.Time
+	Down            time.Time
+	Exit            int
+	HarnessRebooted bool // the harness ran `systemctl reboot`, not the agent
+	// Soft: this boot began with a soft reboot of the boot before it: the
+	// same container and boot ID, systemd's SoftRebootsCount one higher.
+	Soft             bool
+	SoftRebootsCount uint32
 	Transitions      []Transition
 	AgentFirstActive time.Time
 }
@@ -88,6 +93,7 @@ type Node struct {
 	cur             *Boot
 	boots           []*BootLog
 	harnessRebooted bool
+	softPlayed      int           // soft reboots the test bootc played, as last seen
 	changed         chan struct{} // closed and replaced on every change
 	stopped         bool
 }
@@ -100,6 +106,9 @@ type Options struct {
 	Booted string
 	// Pool labels the Nodes with NodeLabel=Pool.
 	Pool string
+	// Suite is the Debian release the nodes boot (default: $BOOTC_FLEET_E2E_SUITE,
+	// else SuiteTrixie).
+	Suite string
 }
 
 // NewFleet builds what the nodes need: root filesystem, API server, Node
@@ -111,7 +120,13 @@ func NewFleet(t *testing.T, opts Options) *Fleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Fleet{t: t, Events: &events{}, ctx: ctx, cancel: cancel}
 	bins := builds(t)
-	base, err := BaseRootfs(ctx, t.Logf)
+	if opts.Suite == "" {
+		opts.Suite = os.Getenv(EnvSuite)
+	}
+	if opts.Suite == "" {
+		opts.Suite = SuiteTrixie
+	}
+	base, err := BaseRootfs(ctx, opts.Suite, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,8 +279,9 @@ func (n *Node) run() {
 			n.setStopped()
 			return
 		}
-		bl := &BootLog{N: i, BootID: b.BootID, Started: b.Started, Up: b.Up}
+		bl := &BootLog{BootID: b.BootID, Started: b.Started, Up: b.Up}
 		n.mu.Lock()
+		bl.N = len(n.boots) + 1
 		n.cur = b
 		n.boots = append(n.boots, bl)
 		n.harnessRebooted = false
@@ -275,12 +291,11 @@ func (n *Node) run() {
 		}
 		n.f.Events.add(n.Name, evUp, b.BootID)
 		n.notify()
-		if err := n.watchAgent(b, bl); err != nil && n.f.ctx.Err() == nil {
-			t.Errorf("%s: boot %d: following %s: %v", n.Name, i, AgentUnit, err)
-		}
+		n.followBoots(b, bl)
 		code, err := b.Wait(context.Background())
 		n.mu.Lock()
 		n.cur = nil
+		bl = n.boots[len(n.boots)-1]
 		bl.Down, bl.Exit, bl.HarnessRebooted = time.Now(), code, n.harnessRebooted
 		n.mu.Unlock()
 		n.f.Events.add(n.Name, evDown, fmt.Sprint(code))
@@ -307,12 +322,92 @@ func (n *Node) run() {
 	}
 }
 
+// followBoots follows the agent in the container's boot bl, and in every
+// boot a soft reboot starts in the same container, until the container
+// exits. A soft reboot shows on the host as the node's system bus going
+// away while the container runs on: the test bootc's soft-reboot count grows
+// (e2e-soft-reboot.service, which runs once the agent stopped; the kubelet
+// is down from then on), then systemd's SoftRebootsCount does (the new
+// userspace runs; the kubelet is back, in the same boot ID).
+func (n *Node) followBoots(b *Boot, bl *BootLog) {
+	t := n.f.t
+	for {
+		gone, err := n.watchAgent(b, bl)
+		if err != nil {
+			if n.f.ctx.Err() == nil {
+				t.Errorf("%s: boot %d: following %s: %v", n.Name, bl.N, AgentUnit, err)
+			}
+			return
+		}
+		select {
+		case <-b.Done():
+			return
+		case <-gone:
+		}
+		next, ok := n.awaitSoftReboot(b, bl)
+		if !ok {
+			return // the container is exiting: a full reboot or a poweroff
+		}
+		bl = next
+	}
+}
+
+// awaitSoftReboot waits, after the bus went away, for the container to exit
+// (false) or for a soft reboot to finish (true, with the new boot's log).
+func (n *Node) awaitSoftReboot(b *Boot, prev *BootLog) (*BootLog, bool) {
+	softReboots := func() int {
+		m, err := n.Bootc.Machine()
+		if err != nil {
+			return -1
+		}
+		return m.State().SoftReboots
+	}
+	n.mu.Lock()
+	played := n.softPlayed
+	n.mu.Unlock()
+	var down time.Time
+	for {
+		if down.IsZero() && softReboots() > played {
+			down = time.Now()
+			n.mu.Lock()
+			n.softPlayed = softReboots()
+			n.mu.Unlock()
+			_ = n.f.kubelet(n.Name, false, "")
+			n.f.Events.add(n.Name, evDown, "soft-reboot")
+		}
+		if !down.IsZero() {
+			out, err := b.Exec(n.f.ctx, "systemctl", "show", "-P", "SoftRebootsCount")
+			if c, perr := strconv.ParseUint(strings.TrimSpace(out), 10, 32); err == nil && perr == nil && uint32(c) > prev.SoftRebootsCount {
+				bl := &BootLog{BootID: b.BootID, Started: down, Up: time.Now(), Soft: true, SoftRebootsCount: uint32(c)}
+				n.mu.Lock()
+				prev.Down = down
+				bl.N = len(n.boots) + 1
+				n.boots = append(n.boots, bl)
+				n.mu.Unlock()
+				if err := n.f.kubelet(n.Name, true, b.BootID); err != nil {
+					n.f.t.Errorf("%s: kubelet: %v", n.Name, err)
+				}
+				n.f.Events.add(n.Name, evUp, b.BootID+" soft")
+				n.notify()
+				return bl, true
+			}
+		}
+		select {
+		case <-b.Done():
+			return nil, false
+		case <-n.f.ctx.Done():
+			return nil, false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // watchAgent follows the agent unit's ActiveState over the node's own
 // system bus from before it starts: the e2e gate holds the unit's start
 // until the harness has subscribed, then the harness opens the gate. It
-// returns once the subscription is set up; recording goes on until the
-// bus closes with the boot.
-func (n *Node) watchAgent(b *Boot, bl *BootLog) error {
+// returns once the subscription is set up; recording goes on until the bus
+// closes, with the boot or with a soft reboot, and then gone is closed.
+func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, err error) {
 	ctx, cancel := context.WithTimeout(n.f.ctx, 60*time.Second)
 	defer cancel()
 	var conn *dbus.Conn
@@ -324,22 +419,22 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) error {
 		}
 		select {
 		case <-b.Done():
-			return fmt.Errorf("container exited before its system bus came up")
+			return nil, fmt.Errorf("container exited before its system bus came up")
 		case <-ctx.Done():
-			return fmt.Errorf("system bus: %w", err)
+			return nil, fmt.Errorf("system bus: %w", err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	sd := conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
 	if err := sd.CallWithContext(ctx, "org.freedesktop.systemd1.Manager.Subscribe", 0).Err; err != nil {
 		conn.Close()
-		return fmt.Errorf("Subscribe: %w", err)
+		return nil, fmt.Errorf("Subscribe: %w", err)
 	}
 	path := unitPath(AgentUnit)
 	if err := conn.AddMatchSignalContext(ctx, dbus.WithMatchObjectPath(path),
 		dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged")); err != nil {
 		conn.Close()
-		return err
+		return nil, err
 	}
 	ch := make(chan *dbus.Signal, 256)
 	conn.Signal(ch)
@@ -368,7 +463,9 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) error {
 		n.notify()
 	}
 	record(get("org.freedesktop.systemd1.Unit", "ActiveState"), get("org.freedesktop.systemd1.Unit", "SubState"))
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		defer conn.Close()
 		for {
 			select {
@@ -399,7 +496,7 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) error {
 		}
 	}()
 	// Open the gate: the agent's start job runs now.
-	return os.WriteFile(b.Path(gateFile), nil, 0o644)
+	return done, os.WriteFile(b.Path(gateFile), nil, 0o644)
 }
 
 func variantString(v dbus.Variant) string {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -53,7 +54,13 @@ func InstalledRoot(t *testing.T, base, run string, bins binaries) (string, error
 //     the host's boot ID instead of the container's (see the drop-in);
 //   - a gate: the agent's start waits for e2e-gate.service, which waits for
 //     gateFile, so the harness is subscribed to the unit's state changes
-//     on the node's bus before the agent starts.
+//     on the node's bus before the agent starts;
+//   - for soft reboots (systemd 254+): the harness's bind mounts survive
+//     them, as /var survives on a real host (a drop-in per mount unit), and
+//     e2e-soft-reboot.service plays, while the soft reboot runs, what
+//     systemd's switch into ostree's /run/nextroot would do: the test bootc
+//     enters the staged deployment if `bootc upgrade --soft-reboot=auto`
+//     prepared it (sim-soft-reboot), and the gate closes again.
 func e2eLayer(root, testBootc string) error {
 	files := []struct {
 		path string
@@ -73,6 +80,26 @@ func e2eLayer(root, testBootc string) error {
 				"[Unit]\nWants=e2e-gate.service\nAfter=e2e-gate.service\n"},
 		{"/etc/systemd/system/e2e-gate.service", 0o644,
 			"[Unit]\nDescription=Wait for the e2e harness\n[Service]\nType=oneshot\nRemainAfterExit=yes\nTimeoutStartSec=120\nExecStart=/bin/sh -c 'while [ ! -e " + gateFile + " ]; do sleep 0.05; done'\n"},
+		// Runs in the soft-reboot transaction once every unit with default
+		// dependencies (the agent included) has stopped (After=
+		// shutdown.target), before systemd re-executes into the new
+		// userspace. Without the gate file, e2e-gate.service, started again
+		// by the new userspace, holds the agent until the harness follows it.
+		{"/etc/systemd/system/e2e-soft-reboot.service", 0o644,
+			"[Unit]\nDescription=e2e: the soft reboot enters what the test bootc prepared\nDefaultDependencies=no\nAfter=shutdown.target\nBefore=systemd-soft-reboot.service\n" +
+				"[Service]\nType=oneshot\nExecStart=/bin/rm -f " + gateFile + "\nExecStart=/usr/bin/bootc sim-soft-reboot\n" +
+				"[Install]\nWantedBy=soft-reboot.target\n"},
+	}
+	// A bind mount of the harness is unmounted by a soft reboot (mount units
+	// conflict with umount.target by default); on a real host this state is
+	// on /var, which a soft reboot keeps.
+	for _, m := range []string{nodeAgentState, nodeBootcState, nodeKubeconfig, nodeAgentEnv} {
+		files = append(files, struct {
+			path string
+			mode os.FileMode
+			data string
+		}{"/etc/systemd/system/" + mountUnit(m) + ".d/50-e2e-keep.conf", 0o644,
+			"# e2e only: a bind mount of the harness survives soft reboots.\n[Unit]\nDefaultDependencies=no\n"})
 	}
 	for _, f := range files {
 		p := filepath.Join(root, f.path)
@@ -90,6 +117,13 @@ func e2eLayer(root, testBootc string) error {
 			return err
 		}
 	}
+	wants := filepath.Join(root, "etc/systemd/system/soft-reboot.target.wants")
+	if err := os.MkdirAll(wants, 0o755); err != nil {
+		return err
+	}
+	if err := os.Symlink("/etc/systemd/system/e2e-soft-reboot.service", filepath.Join(wants, "e2e-soft-reboot.service")); err != nil && !os.IsExist(err) {
+		return err
+	}
 	// Mount points of the per-node binds.
 	for _, d := range []string{nodeAgentState, nodeBootcState, filepath.Dir(nodeKubeconfig)} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -104,4 +138,23 @@ func e2eLayer(root, testBootc string) error {
 		}
 	}
 	return nil
+}
+
+// mountUnit is the name of the mount unit of an absolute path, escaped as
+// systemd-escape --path does.
+func mountUnit(path string) string {
+	p := strings.Trim(path, "/")
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '/':
+			b.WriteByte('-')
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == ':', c == '_', c == '.' && i > 0:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		}
+	}
+	return b.String() + ".mount"
 }

@@ -30,10 +30,20 @@ const EnvRequire = "BOOTC_FLEET_REQUIRE_SYSTEMD"
 // EnvMirror overrides the Debian mirror debootstrap uses.
 const EnvMirror = "BOOTC_FLEET_E2E_MIRROR"
 
-// Debian release and packages of the base root filesystem.
+// EnvSuite overrides the Debian release nodes boot when a test does not ask
+// for one (SuiteBookworm or SuiteTrixie).
+const EnvSuite = "BOOTC_FLEET_E2E_SUITE"
+
+// Debian releases and packages of the base root filesystems.
 const (
-	suite    = "bookworm"
-	packages = "systemd,systemd-sysv,dbus"
+	// SuiteTrixie (Debian 13, systemd 257) is what the nodes boot unless a
+	// test or EnvSuite asks for another: it has soft-reboot.target, logind's
+	// SD_LOGIND_SOFT_REBOOT and SoftRebootsCount.
+	SuiteTrixie = "trixie"
+	// SuiteBookworm (Debian 12, systemd 252) has no soft reboot: its systemd
+	// has no SoftRebootsCount and its logind refuses the soft-reboot flag.
+	SuiteBookworm = "bookworm"
+	packages      = "systemd,systemd-sysv,dbus"
 	// baseRecipe versions what prepareBase does to the debootstrapped tree;
 	// bump it when prepareBase changes, so caches are rebuilt.
 	baseRecipe = "1"
@@ -130,11 +140,14 @@ func aptMirror(dir string) string {
 	return ""
 }
 
-// BaseRootfs returns a Debian root filesystem with systemd and dbus, built
-// once with debootstrap into the cache (under a lock, renamed into place
-// when complete) and reused while its inputs do not change. Callers must
-// not write into it: nodes see it through overlays.
-func BaseRootfs(ctx context.Context, logf func(string, ...any)) (string, error) {
+// BaseRootfs returns a Debian root filesystem of suite with systemd and
+// dbus, built once with debootstrap into the cache (under a lock, renamed
+// into place when complete) and reused while its inputs do not change.
+// Callers must not write into it: nodes see it through overlays.
+func BaseRootfs(ctx context.Context, suite string, logf func(string, ...any)) (string, error) {
+	if suite != SuiteBookworm && suite != SuiteTrixie {
+		return "", fmt.Errorf("unknown Debian suite %q for the node root filesystem", suite)
+	}
 	cache, err := CacheDir()
 	if err != nil {
 		return "", err
