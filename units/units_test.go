@@ -215,8 +215,9 @@ func TestPreset(t *testing.T) {
 		got[f[1]] = f[0]
 	}
 	for unit, verb := range map[string]string{
-		"bootc-fleet-agent.service":       "enable",
-		"bootc-fetch-apply-updates.timer": "disable",
+		"bootc-fleet-agent.service":         "enable",
+		"bootc-fetch-apply-updates.timer":   "disable",
+		"bootc-fetch-apply-updates.service": "disable",
 	} {
 		if got[unit] != verb {
 			t.Errorf("preset %s %s, want %s", got[unit], unit, verb)
