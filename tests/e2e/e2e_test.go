@@ -265,33 +265,7 @@ func TestRolloutUnderSystemd(t *testing.T) {
 		awaitAgentActive(ctx, t, n, 1)
 	}
 
-	c, err := controller.New(f.Env.Config, controller.Options{Name: "e2e", RequeueInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, stopCoordinator := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(cctx) }()
-	defer func() {
-		stopCoordinator()
-		if err := <-done; err != nil && cctx.Err() == nil {
-			t.Errorf("coordinator: %v", err)
-		}
-	}()
-	p := &fleetv1.BootcNodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: pool},
-		Spec: fleetv1.BootcNodePoolSpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{NodeLabel: pool}},
-			Image:        imgTarget,
-			Rollout: fleetv1.RolloutSpec{
-				MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-				MaxStaging:     ptr.To(intstr.FromInt32(3)),
-			},
-		},
-	}
-	if err := f.Env.Client.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	runRollout(ctx, t, f, "e2e", pool, 3, "")
 
 	for _, n := range f.Nodes {
 		awaitNodeStatus(ctx, t, f, n, "booted on the target in a new boot", func(s fleetv1.BootcNodeStatus) bool {
@@ -391,4 +365,39 @@ func uniq(ms ...map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// runRollout runs the coordinator (in-process, until the test ends) and
+// creates a pool of the nodes labelled pool rolling out imgTarget with
+// maxUnavailable 1.
+func runRollout(ctx context.Context, t *testing.T, f *Fleet, coordinator, pool string, maxStaging int32, policy fleetv1.RebootPolicy) {
+	t.Helper()
+	c, err := controller.New(f.Env.Config, controller.Options{Name: coordinator, RequeueInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stopCoordinator := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	t.Cleanup(func() {
+		stopCoordinator()
+		if err := <-done; err != nil && cctx.Err() == nil {
+			t.Errorf("coordinator: %v", err)
+		}
+	})
+	p := &fleetv1.BootcNodePool{
+		ObjectMeta: metav1.ObjectMeta{Name: pool},
+		Spec: fleetv1.BootcNodePoolSpec{
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{NodeLabel: pool}},
+			Image:        imgTarget,
+			Rollout: fleetv1.RolloutSpec{
+				MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+				MaxStaging:     ptr.To(intstr.FromInt32(maxStaging)),
+			},
+			RebootPolicy: policy,
+		},
+	}
+	if err := f.Env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
 }

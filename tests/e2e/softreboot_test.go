@@ -8,13 +8,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
@@ -46,34 +43,7 @@ func TestSoftRebootUnderSystemd(t *testing.T) {
 		t.Fatalf("SoftRebootsCount before the rollout = %q, %v; want 0 (systemd 257)", out, err)
 	}
 
-	c, err := controller.New(f.Env.Config, controller.Options{Name: "e2e-soft", RequeueInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, stopCoordinator := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(cctx) }()
-	defer func() {
-		stopCoordinator()
-		if err := <-done; err != nil && cctx.Err() == nil {
-			t.Errorf("coordinator: %v", err)
-		}
-	}()
-	p := &fleetv1.BootcNodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: pool},
-		Spec: fleetv1.BootcNodePoolSpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{NodeLabel: pool}},
-			Image:        imgTarget,
-			Rollout: fleetv1.RolloutSpec{
-				MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-				MaxStaging:     ptr.To(intstr.FromInt32(2)),
-			},
-			RebootPolicy: fleetv1.RebootPolicyAllowSoftReboot,
-		},
-	}
-	if err := f.Env.Client.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	runRollout(ctx, t, f, "e2e-soft", pool, 2, fleetv1.RebootPolicyAllowSoftReboot)
 
 	st := awaitNodeStatus(ctx, t, f, soft, "booted on the target after a soft reboot", func(s fleetv1.BootcNodeStatus) bool {
 		return s.BootID == boot1[soft.Name].BootID && s.SoftRebootCount == 1 && s.Booted != nil &&

@@ -340,49 +340,29 @@ func bootAt(windows []procBoot, t time.Time) string {
 	return ""
 }
 
-// onReboot is the fake logind's Reboot: it logs the reboot under the grant
-// the agent confirmed for it and plays the reboot in the background.
-func (n *ProcNode) onReboot() {
-	now := time.Now()
-	c, ok := n.nextConfirm("reboot", 5*time.Second)
-	img := n.stagedImage()
-	var e invariant.Event
-	if ok {
-		e = n.action(invariant.Reboot, img, c)
-	} else {
-		e = n.action(invariant.Reboot, img, procConfirm{at: now})
-		e.GrantLease, e.GrantRV, e.Detail = "", 0, "no confirmed reboot grant in the agent's log"
-	}
-	n.f.Log.Add(e)
-	n.mu.Lock()
-	if n.down || !n.f.beginReboot() {
-		n.mu.Unlock()
-		return
-	}
-	n.down = true
-	n.timings = append(n.timings, RebootTiming{From: n.bootID, Requested: now})
-	n.mu.Unlock()
-	go func() {
-		defer n.f.reboots.Done()
-		n.playReboot()
-	}()
-}
+// onReboot is the fake logind's Reboot; onSoftReboot its
+// RebootWithFlags(SD_LOGIND_SOFT_REBOOT).
+func (n *ProcNode) onReboot()     { n.rebootRequested(false) }
+func (n *ProcNode) onSoftReboot() { n.rebootRequested(true) }
 
-// onSoftReboot is the fake logind's RebootWithFlags(SD_LOGIND_SOFT_REBOOT):
-// it logs the soft reboot under the grant the agent confirmed for it and
-// plays it in the background.
-func (n *ProcNode) onSoftReboot() {
+// rebootRequested logs the (soft) reboot under the grant the agent
+// confirmed for it and plays it in the background.
+func (n *ProcNode) rebootRequested(soft bool) {
 	now := time.Now()
-	c, ok := n.nextConfirm("soft-reboot", 5*time.Second)
+	step := "reboot"
+	if soft {
+		step = "soft-reboot"
+	}
+	c, ok := n.nextConfirm(step, 5*time.Second)
 	img := n.stagedImage()
 	var e invariant.Event
 	if ok {
 		e = n.action(invariant.Reboot, img, c)
 	} else {
 		e = n.action(invariant.Reboot, img, procConfirm{at: now})
-		e.GrantLease, e.GrantRV, e.Detail = "", 0, "no confirmed soft-reboot grant in the agent's log"
+		e.GrantLease, e.GrantRV, e.Detail = "", 0, "no confirmed "+step+" grant in the agent's log"
 	}
-	e.Soft = true
+	e.Soft = soft
 	n.f.Log.Add(e)
 	n.mu.Lock()
 	if n.down || !n.f.beginReboot() {
@@ -390,11 +370,19 @@ func (n *ProcNode) onSoftReboot() {
 		return
 	}
 	n.down = true
-	n.timings = append(n.timings, RebootTiming{From: n.boot, Requested: now})
+	from := n.bootID
+	if soft {
+		from = n.boot
+	}
+	n.timings = append(n.timings, RebootTiming{From: from, Requested: now})
 	n.mu.Unlock()
 	go func() {
 		defer n.f.reboots.Done()
-		n.playSoftReboot()
+		if soft {
+			n.playSoftReboot()
+		} else {
+			n.playReboot()
+		}
 	}()
 }
 
