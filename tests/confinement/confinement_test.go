@@ -577,6 +577,57 @@ func TestWhenRBACIsTooWide(t *testing.T) {
 	wantPolicyDenial(t, w.nodeA.Create(ctx, &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a2"}, Spec: fleetv1.BootcNodeSpec{Pool: poolNm}}),
 		"may only write BootcNode status, not CREATE the object")
 
+	// BootcNodePools and their status: no node writes them, whatever RBAC says.
+	pool := &fleetv1.BootcNodePool{}
+	if err := w.admin.Get(ctx, client.ObjectKey{Name: poolNm}, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, func() (bool, error) { // the policy loads asynchronously, like the others
+		p := pool.DeepCopy()
+		p.Spec.Rollout.Paused = true
+		return isPolicyDenial(w.nodeA.Update(ctx, p, client.DryRunAll)), nil
+	}); err != nil {
+		t.Fatalf("the BootcNodePool policy was never enforced: %v", err)
+	}
+	poolWrites := []struct {
+		op string
+		do func(c client.Client) error
+	}{
+		{"UPDATE", func(c client.Client) error {
+			p := pool.DeepCopy()
+			p.Spec.Rollout.Paused = true
+			return c.Update(ctx, p)
+		}},
+		{"UPDATE", func(c client.Client) error {
+			return c.Patch(ctx, pool.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"image":"`+other+`"}}`)))
+		}},
+		{"DELETE", func(c client.Client) error { return c.Delete(ctx, pool.DeepCopy()) }},
+		{"CREATE", func(c client.Client) error {
+			return c.Create(ctx, &fleetv1.BootcNodePool{ObjectMeta: metav1.ObjectMeta{Name: "node-made"},
+				Spec: fleetv1.BootcNodePoolSpec{Image: other, NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}})
+		}},
+	}
+	for _, c := range []struct {
+		name string
+		cl   client.Client
+		user string
+	}{{"node-a", w.nodeA, "node-a"}, {"stray", w.stray, stray}} {
+		for _, pw := range poolWrites {
+			what := "BootcNodePool " + poolNm
+			if pw.op == "CREATE" {
+				what = "BootcNodePool node-made"
+			}
+			wantPolicyDenial(t, pw.do(c.cl), fmt.Sprintf("bootc-fleet: node %s may not write %s (%s)", c.user, what, pw.op))
+		}
+		p := pool.DeepCopy()
+		p.Status.Updated = 99
+		wantPolicyDenial(t, c.cl.Status().Update(ctx, p), fmt.Sprintf("bootc-fleet: node %s may not write BootcNodePool %s status (UPDATE)", c.user, poolNm))
+	}
+	after := &fleetv1.BootcNodePool{}
+	if err := w.admin.Get(ctx, client.ObjectKey{Name: poolNm}, after); err != nil || after.ResourceVersion != pool.ResourceVersion {
+		t.Fatalf("the pool changed despite the denials: %v (resourceVersion %s -> %s)", err, pool.ResourceVersion, after.ResourceVersion)
+	}
+
 	// The kubelet's heartbeat Lease in kube-node-lease is not a slot Lease:
 	// the node still creates and renews its own (the Node authorizer allows
 	// it, NodeRestriction checks the name, the policy does not match it).

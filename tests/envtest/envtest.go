@@ -34,7 +34,10 @@ import (
 // The API server's --authorization-mode and --enable-admission-plugins.
 const (
 	AuthorizationMode = "Node,RBAC"
-	AdmissionPlugins  = "NodeRestriction"
+	// OwnerReferencesPermissionEnforcement is on in OpenShift: setting an
+	// owner reference with blockOwnerDeletion needs update on the owner's
+	// finalizers subresource, which the coordinator's RBAC must grant.
+	AdmissionPlugins = "NodeRestriction,OwnerReferencesPermissionEnforcement"
 )
 
 // Env is a running API server with the CRDs installed.
@@ -132,7 +135,8 @@ func StartShared() (*Env, error) {
 	//
 	// controller-runtime's envtest (v0.25.2) sets no enable-admission-plugins
 	// of its own (only disable-admission-plugins=ServiceAccount, kept), so
-	// this adds NodeRestriction to the API server's default plugins
+	// this adds NodeRestriction (and OwnerReferencesPermissionEnforcement) to
+	// the API server's default plugins
 	// (ValidatingAdmissionPolicy among them) rather than replacing any.
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("authorization-mode", AuthorizationMode)
