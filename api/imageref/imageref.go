@@ -53,6 +53,36 @@ func Validate(ref string) error {
 	return nil
 }
 
+// ErrNoRegistryHost is wrapped by ValidateWithHost for a reference whose
+// first component is not a registry host.
+var ErrNoRegistryHost = errors.New("image reference names no registry host")
+
+// HostRule is the CEL rule of BootcNodePool.spec.image that HasRegistryHost
+// implements (a test keeps them in agreement).
+const HostRule = "self.contains('/') && (self.split('/')[0].contains('.') || self.split('/')[0].contains(':') || self.split('/')[0] == 'localhost')"
+
+// HasRegistryHost reports whether ref starts with a registry host, by the
+// rule of the distribution reference grammar: a first component with a dot
+// or a port, or "localhost". Short names ("fedora/fedora-bootc:42") are
+// completed differently by bootc (containers-registries.conf short-name
+// aliases) and by go-containerregistry (docker.io), so a pool must say
+// which registry it means.
+func HasRegistryHost(ref string) bool {
+	first, _, ok := strings.Cut(ref, "/")
+	return ok && (strings.Contains(first, ".") || strings.Contains(first, ":") || first == "localhost")
+}
+
+// ValidateWithHost is Validate plus HasRegistryHost: what a pool's image must be.
+func ValidateWithHost(ref string) error {
+	if err := Validate(ref); err != nil {
+		return err
+	}
+	if !HasRegistryHost(ref) {
+		return fmt.Errorf("%w: %q: write the registry host, e.g. quay.io/%s (bootc and the coordinator complete short names differently)", ErrNoRegistryHost, ref, ref)
+	}
+	return nil
+}
+
 // Pinned is a validated digest-pinned reference.
 type Pinned struct {
 	Repository string // e.g. quay.io/example/os

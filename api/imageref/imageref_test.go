@@ -8,6 +8,27 @@ import (
 
 const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
+func TestValidateWithHost(t *testing.T) {
+	for ref, ok := range map[string]bool{
+		"quay.io/fedora/fedora-bootc:42":          true,
+		"localhost/os:1":                          true,
+		"localhost:5000/os:1":                     true,
+		"127.0.0.1:5000/fleet/os@sha256:" + hex64: true,
+		"registry:5000/os:1":                      true,
+		"fedora/fedora-bootc:42":                  false,
+		"os:1":                                    false,
+		"library/os@sha256:" + hex64:              false,
+	} {
+		err := ValidateWithHost(ref)
+		if (err == nil) != ok {
+			t.Errorf("ValidateWithHost(%q) = %v, want ok %v", ref, err, ok)
+		}
+		if !ok && (!errors.Is(err, ErrNoRegistryHost) || !strings.Contains(err.Error(), "write the registry host")) {
+			t.Errorf("ValidateWithHost(%q) = %v, want ErrNoRegistryHost saying to write the host", ref, err)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	cases := []struct {
 		name, ref string

@@ -90,6 +90,8 @@ func TestValidPoolGetsDefaults(t *testing.T) {
 		"valid-tag":            "quay.io/example/os:42",
 		"valid-digest":         "localhost:5000/os@" + digest,
 		"valid-tag-and-digest": "registry.example.com:8443/a/b:1@" + digest,
+		"valid-localhost":      "localhost/os:1",
+		"valid-ip-port":        "127.0.0.1:5000/fleet/os:1",
 	} {
 		u := pool(name, func(o map[string]any) { spec(o)["image"] = img })
 		if err := c.Create(ctx, u); err != nil {
@@ -145,6 +147,8 @@ func TestInvalidPoolsRejectedNamingTheField(t *testing.T) {
 		{"image with short digest", func(o map[string]any) { spec(o)["image"] = "quay.io/os@sha256:abcd" }, "spec.image"},
 		{"image option injection", func(o map[string]any) { spec(o)["image"] = "--apply" }, "spec.image"},
 		{"missing image", func(o map[string]any) { delete(spec(o), "image") }, "spec.image"},
+		{"image without registry host", func(o map[string]any) { spec(o)["image"] = "fedora/fedora-bootc:42" }, "spec.image: Invalid value: \"fedora/fedora-bootc:42\": must name its registry host"},
+		{"image of one component", func(o map[string]any) { spec(o)["image"] = "os:42" }, "must name its registry host"},
 		{"empty selector", func(o map[string]any) { spec(o)["nodeSelector"] = map[string]any{} }, "spec.nodeSelector"},
 		{"maxUnavailable 0", func(o map[string]any) { rollout(o)["maxUnavailable"] = 0 }, "spec.rollout.maxUnavailable"},
 		{"maxUnavailable negative", func(o map[string]any) { rollout(o)["maxUnavailable"] = -2 }, "spec.rollout.maxUnavailable"},
@@ -394,6 +398,13 @@ func TestCRDPatternsMatchImageref(t *testing.T) {
 	nodeSchema := read("fleet.bootc.dev_bootcnodes.yaml").Spec.Versions[0].Schema.OpenAPIV3Schema
 	if got := nodeSchema.Properties["spec"].Properties["desiredImage"].Pattern; got != "^$|"+imageref.PinnedPattern {
 		t.Errorf("BootcNode spec.desiredImage pattern\n got %s\nwant %s", got, imageref.PinnedPattern)
+	}
+	var hostRule bool
+	for _, r := range poolSchema.Properties["spec"].Properties["image"].XValidations {
+		hostRule = hostRule || r.Rule == imageref.HostRule
+	}
+	if !hostRule {
+		t.Errorf("BootcNodePool spec.image lacks the rule imageref.HostRule %q", imageref.HostRule)
 	}
 	if got := poolSchema.Properties["spec"].Properties["image"].MaxLength; got == nil || *got != imageref.MaxLength {
 		t.Errorf("spec.image maxLength = %v, want %d", got, imageref.MaxLength)

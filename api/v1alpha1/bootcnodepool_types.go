@@ -75,9 +75,12 @@ type BootcNodePoolSpec struct {
 	NodeSelector metav1.LabelSelector `json:"nodeSelector"`
 
 	// Image is the OS image: registry/repo:tag (resolved to a digest and
-	// re-resolved periodically) or registry/repo@sha256:<64 hex>.
+	// re-resolved periodically) or registry/repo@sha256:<64 hex>. The
+	// registry host is required (a first component with a dot or a port, or
+	// localhost).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.contains('/') && (self.split('/')[0].contains('.') || self.split('/')[0].contains(':') || self.split('/')[0] == 'localhost')",message="must name its registry host, e.g. quay.io/fedora/fedora-bootc:42 (bootc and the coordinator complete short names differently)"
 	// +kubebuilder:validation:Pattern=`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(?:@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$`
 	// +required
 	Image string `json:"image"`

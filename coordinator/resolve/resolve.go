@@ -130,7 +130,7 @@ const (
 // errors.Is, unless the caller's ctx ended first (then the error wraps
 // ctx.Err()).
 func (r *Resolver) Resolve(ctx context.Context, ref string) (Target, error) {
-	if err := imageref.Validate(ref); err != nil {
+	if err := imageref.ValidateWithHost(ref); err != nil {
 		return Target{}, &Error{Ref: ref, Kind: ErrInvalidReference, Err: err}
 	}
 	at := strings.LastIndexByte(ref, '@')
