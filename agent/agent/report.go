@@ -92,8 +92,8 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 		SoftRebootCount:    o.Boot.SoftRebootCount,
 		Phase:              a.Phase,
 		Reason:             a.Reason,
-		Message:            msg,
-		AgentVersion:       r.cfg.Version,
+		Message:            truncate(msg, fleetv1.MaxStatusMessage),
+		AgentVersion:       truncate(r.cfg.Version, 128),
 		Grants:             r.inUse(claims),
 	}
 	if st.Booted != nil || st.Staged != nil || st.Rollback != nil {
@@ -219,7 +219,8 @@ func deployment(e *bootc.Entry) *fleetv1.Deployment {
 		return nil
 	}
 	d := &fleetv1.Deployment{
-		Image: e.Image, Digest: e.Digest, Version: e.Version,
+		// Bounded as the CRD bounds them: bootc's output is outside input.
+		Image: truncate(e.Image, 1024), Digest: e.Digest, Version: truncate(e.Version, 256),
 		DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
 	}
 	if e.Timestamp != nil {

@@ -260,6 +260,44 @@ func TestBootcNodeDesiredImage(t *testing.T) {
 	if err := c.Status().Update(ctx, bad); err != nil {
 		t.Fatalf("softRebootCount 4294967295 rejected: %v", err)
 	}
+	// Everything else an agent writes is shaped and bounded too: it is the
+	// outside input the coordinator copies into pool conditions and Events.
+	dep := func(k, v string) map[string]any { return map[string]any{"image": "quay.io/example/os:1", k: v} }
+	for what, st := range map[string]map[string]any{
+		"status.bootID":           {"bootID": "not-a-boot-id"},
+		"status.reason":           {"reason": "not CamelCase"},
+		"status.message":          {"message": strings.Repeat("m", fleetv1.MaxStatusMessage+1)},
+		"status.agentVersion":     {"agentVersion": strings.Repeat("v", 129)},
+		"status.booted.digest":    {"booted": dep("digest", "sha256:abc")},
+		"status.staged.image":     {"staged": dep("image", strings.Repeat("i", 1025))},
+		"status.rollback.version": {"rollback": dep("version", strings.Repeat("1", 257))},
+	} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
+			t.Fatal(err)
+		}
+		bad.Object["status"] = st
+		if err := c.Status().Update(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), what) {
+			t.Errorf("%s: got %v, want Invalid naming it", what, truncateErr(err))
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(bad), bad); err != nil {
+		t.Fatal(err)
+	}
+	bad.Object["status"] = map[string]any{"bootID": "6b7e6b3c-0c1d-4a8e-9c57-3c1f0d1e2a3b", "reason": "WaitingForStageGrant",
+		"message": strings.Repeat("m", fleetv1.MaxStatusMessage), "booted": dep("digest", digest)}
+	if err := c.Status().Update(ctx, bad); err != nil {
+		t.Fatalf("a status at the bounds rejected: %v", truncateErr(err))
+	}
+}
+
+func truncateErr(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	if s := err.Error(); len(s) > 400 {
+		return s[:400] + "..."
+	}
+	return err.Error()
 }
 
 func TestStatusWriteKeepsGeneration(t *testing.T) {

@@ -126,12 +126,15 @@ type GrantInUse struct {
 // Deployment is one bootc boot entry as the agent read it.
 type Deployment struct {
 	// Image is the image reference bootc tracks (as bootc reports it).
+	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Image string `json:"image,omitempty"`
 	// Digest is the manifest digest, sha256:<64 hex>.
+	// +kubebuilder:validation:Pattern=`^$|^sha256:[a-f0-9]{64}$`
 	// +optional
 	Digest string `json:"digest,omitempty"`
 	// Version is the image's version label, if any.
+	// +kubebuilder:validation:MaxLength=256
 	// +optional
 	Version string `json:"version,omitempty"`
 	// Timestamp is the image's creation time, if known.
@@ -145,12 +148,16 @@ type Deployment struct {
 	SoftRebootCapable bool `json:"softRebootCapable,omitempty"`
 }
 
+// MaxStatusMessage bounds BootcNodeStatus.message (the CRD's maxLength).
+const MaxStatusMessage = 4096
+
 // BootcNodeStatus is written by the node's agent only.
 type BootcNodeStatus struct {
 	// ObservedGeneration is the spec generation the agent acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// BootID is /proc/sys/kernel/random/boot_id of the boot this status was read in.
+	// +kubebuilder:validation:Pattern=`^$|^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
 	// +optional
 	BootID string `json:"bootID,omitempty"`
 	// SoftRebootCount is systemd's SoftRebootsCount in that boot (a uint32
@@ -169,16 +176,21 @@ type BootcNodeStatus struct {
 	// +optional
 	Phase NodePhase `json:"phase,omitempty"`
 	// Reason is a CamelCase word for the phase, e.g. BootedUnexpectedImage.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^$|^[A-Z][A-Za-z0-9]*$`
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// Message explains the phase to a person.
+	// +kubebuilder:validation:MaxLength=4096
 	// +optional
 	Message string `json:"message,omitempty"`
 	// +listType=map
 	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// AgentVersion is the version of bootc-fleet-agent that wrote this.
+	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
 	// Grants are the grants the agent holds in this boot (see GrantInUse).
