@@ -148,7 +148,7 @@ func Start(tb testing.TB, opts Options) *Fleet {
 	tb.Cleanup(f.API.Close)
 
 	root := envtest.RepoRoot()
-	for _, p := range []string{"packaging/rbac/agent.yaml", "packaging/rbac/coordinator.yaml", "packaging/policy/agent-policy.yaml"} {
+	for _, p := range []string{"packaging/rbac/agent.yaml", "packaging/rbac/coordinator.yaml", "packaging/policy/agent-policy.yaml", "packaging/policy/coordinator-policy.yaml"} {
 		if err := envtest.Apply(ctx, env.Client, filepath.Join(root, p)); err != nil {
 			tb.Fatal(err)
 		}

@@ -177,7 +177,7 @@ func StartProcFleet(ctx context.Context, opts ProcOptions) (_ *ProcFleet, err er
 	u, _ := url.Parse(f.registry.URL)
 	f.Registry = u.Host
 	root := envtest.RepoRoot()
-	for _, p := range []string{"packaging/rbac/agent.yaml", "packaging/rbac/coordinator.yaml", "packaging/policy/agent-policy.yaml"} {
+	for _, p := range []string{"packaging/rbac/agent.yaml", "packaging/rbac/coordinator.yaml", "packaging/policy/agent-policy.yaml", "packaging/policy/coordinator-policy.yaml"} {
 		if err := envtest.Apply(ctx, opts.Env.Client, filepath.Join(root, p)); err != nil {
 			return nil, err
 		}
