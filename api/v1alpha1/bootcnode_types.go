@@ -240,3 +240,17 @@ type BootcNodeList struct {
 func init() {
 	SchemeBuilder.Register(&BootcNode{}, &BootcNodeList{})
 }
+
+// SetNoPlatformImage writes (or, with v empty, removes) the coordinator's
+// verdict that the pool's index has no image for this node: the annotation
+// AnnotationNoPlatformImage.
+func (bn *BootcNode) SetNoPlatformImage(v string) {
+	if v == "" {
+		delete(bn.Annotations, AnnotationNoPlatformImage)
+		return
+	}
+	if bn.Annotations == nil {
+		bn.Annotations = map[string]string{}
+	}
+	bn.Annotations[AnnotationNoPlatformImage] = v
+}

@@ -161,7 +161,7 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, w *observe
 func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
 	for _, c := range out.CreateBootcNodes {
 		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
-		setNoPlatformImage(bn, c.NoPlatformImage)
+		bn.SetNoPlatformImage(c.NoPlatformImage)
 		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
 			return err
 		}
@@ -176,7 +176,7 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 	for _, c := range out.UpdateBootcNodes {
 		bn := w.bootcNodes[c.Name].DeepCopy()
 		bn.Spec = c.Spec
-		setNoPlatformImage(bn, c.NoPlatformImage)
+		bn.SetNoPlatformImage(c.NoPlatformImage)
 		if err := r.client.Update(ctx, bn); err != nil {
 			return fmt.Errorf("setting BootcNode %s spec: %w", c.Name, err)
 		}
@@ -202,19 +202,6 @@ func logBootcNode(log logr.Logger, msg string, c plan.BootcNodeChange) {
 		return
 	}
 	log.V(1).Info(msg, "node", c.Name, "desiredImage", c.Spec.DesiredImage)
-}
-
-// setNoPlatformImage writes or removes the coordinator's verdict that the
-// pool's index has no image for the node (plan.BootcNodeChange).
-func setNoPlatformImage(bn *fleetv1.BootcNode, v string) {
-	if v == "" {
-		delete(bn.Annotations, fleetv1.AnnotationNoPlatformImage)
-		return
-	}
-	if bn.Annotations == nil {
-		bn.Annotations = map[string]string{}
-	}
-	bn.Annotations[fleetv1.AnnotationNoPlatformImage] = v
 }
 
 func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node + "/" + string(k) }

@@ -243,11 +243,11 @@ func (w *world) apply(out Output) {
 	}
 	for _, c := range out.CreateBootcNodes {
 		w.bns[c.Name] = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
-		setNoPlatformImage(w.bns[c.Name], c.NoPlatformImage)
+		w.bns[c.Name].SetNoPlatformImage(c.NoPlatformImage)
 	}
 	for _, c := range out.UpdateBootcNodes {
 		w.bns[c.Name].Spec = c.Spec
-		setNoPlatformImage(w.bns[c.Name], c.NoPlatformImage)
+		w.bns[c.Name].SetNoPlatformImage(c.NoPlatformImage)
 	}
 	for _, name := range out.DeleteBootcNodes {
 		delete(w.bns, name)
@@ -382,17 +382,6 @@ func (w *world) idealWorld() {
 	}
 }
 
-// setNoPlatformImage writes the annotation as the controller does.
-func setNoPlatformImage(bn *fleetv1.BootcNode, v string) {
-	if v == "" {
-		delete(bn.Annotations, fleetv1.AnnotationNoPlatformImage)
-		return
-	}
-	if bn.Annotations == nil {
-		bn.Annotations = map[string]string{}
-	}
-	bn.Annotations[fleetv1.AnnotationNoPlatformImage] = v
-}
 
 // grantedInBoot: g was issued in the node's current boot (boot ID and
 // soft-reboot count), as lease.Grant.Allows requires of the agent.

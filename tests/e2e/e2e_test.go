@@ -281,13 +281,7 @@ func TestRolloutUnderSystemd(t *testing.T) {
 		if got.Status.Updated != 3 {
 			return false, nil
 		}
-		for _, n := range f.Nodes {
-			node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-			if err != nil || node.Spec.Unschedulable {
-				return false, nil
-			}
-		}
-		return true, nil
+		return allSchedulable(ctx, f), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -400,4 +394,15 @@ func runRollout(ctx context.Context, t *testing.T, f *Fleet, coordinator, pool s
 	if err := f.Env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// allSchedulable: no node of the fleet is cordoned (every cordon lifted).
+func allSchedulable(ctx context.Context, f *Fleet) bool {
+	for _, n := range f.Nodes {
+		node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil || node.Spec.Unschedulable {
+			return false
+		}
+	}
+	return true
 }

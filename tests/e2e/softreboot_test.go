@@ -69,13 +69,7 @@ func TestSoftRebootUnderSystemd(t *testing.T) {
 				return false, nil
 			}
 		}
-		for _, n := range f.Nodes {
-			node, err := f.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-			if err != nil || node.Spec.Unschedulable {
-				return false, nil
-			}
-		}
-		return true, nil
+		return allSchedulable(ctx, f), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
