@@ -382,7 +382,6 @@ func (w *world) idealWorld() {
 	}
 }
 
-
 // grantedInBoot: g was issued in the node's current boot (boot ID and
 // soft-reboot count), as lease.Grant.Allows requires of the agent.
 func (w *world) grantedInBoot(name string, g lease.Grant) bool {
