@@ -27,6 +27,12 @@ type BootcNodeSpec struct {
 	// +kubebuilder:default=Reboot
 	// +optional
 	RebootPolicy RebootPolicy `json:"rebootPolicy,omitempty"`
+
+	// RequireSignedImages is copied from the pool: stage with bootc's
+	// --enforce-container-sigpolicy and reboot only into a staged deployment
+	// whose signature is ContainerPolicy (docs/design.md, amendment 14).
+	// +optional
+	RequireSignedImages bool `json:"requireSignedImages,omitempty"`
 }
 
 // NodePhase is where the agent is in moving its node to the desired image.
@@ -79,6 +85,15 @@ const (
 	// ReasonBootcUnsupported: the installed bootc cannot stage an image
 	// without applying it; the message names the version found.
 	ReasonBootcUnsupported = "BootcUnsupported"
+	// ReasonSignatureRejected: bootc refused to stage the desired image
+	// under the host's container signature policy (the message is bootc's).
+	// The agent does not try that image again in this run; the coordinator
+	// counts the node as failed (haltAfterFailures).
+	ReasonSignatureRejected = "SignatureRejected"
+	// ReasonRegistryUnauthorized starts the message of a StageFailed whose
+	// cause is the registry refusing bootc's credentials (HTTP 401/403), and
+	// is the pool's ResolveFailed reason for the coordinator's own refusal.
+	ReasonRegistryUnauthorized = "RegistryUnauthorized"
 )
 
 // ConditionAPIAccess is a BootcNode condition the agent keeps: False while
@@ -146,7 +161,29 @@ type Deployment struct {
 	// SoftRebootCapable: bootc says a soft reboot can switch to this deployment.
 	// +optional
 	SoftRebootCapable bool `json:"softRebootCapable,omitempty"`
+	// Signature is how bootc verified this deployment's image when it
+	// fetched it (bootc's image.image.signature): ContainerPolicy (the
+	// host's containers-policy.json, enforced), Insecure (not verified),
+	// OstreeRemote, or empty when bootc did not say.
+	// +kubebuilder:validation:Enum="";Insecure;ContainerPolicy;OstreeRemote
+	// +optional
+	Signature ImageSignature `json:"signature,omitempty"`
 }
+
+// ImageSignature is how bootc verified a deployment's image.
+type ImageSignature string
+
+// Values of ImageSignature (bootc crates/lib/src/spec.rs, ImageSignature).
+const (
+	SignatureUnknown         ImageSignature = ""
+	SignatureInsecure        ImageSignature = "Insecure"
+	SignatureContainerPolicy ImageSignature = "ContainerPolicy"
+	SignatureOstreeRemote    ImageSignature = "OstreeRemote"
+)
+
+// Verified: bootc enforced the host's container signature policy when it
+// fetched d, as a pool with requireSignedImages asks.
+func (d *Deployment) Verified() bool { return d != nil && d.Signature == SignatureContainerPolicy }
 
 // MaxStatusMessage bounds BootcNodeStatus.message (the CRD's maxLength).
 const MaxStatusMessage = 4096

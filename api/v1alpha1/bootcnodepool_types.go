@@ -94,6 +94,25 @@ type BootcNodePoolSpec struct {
 	// +kubebuilder:default=Reboot
 	// +optional
 	RebootPolicy RebootPolicy `json:"rebootPolicy,omitempty"`
+
+	// ImagePullSecret names a Secret of type kubernetes.io/dockerconfigjson
+	// in the coordinator's namespace (bootc-fleet-system) whose credentials
+	// the coordinator uses to resolve Image. Nodes pull with their own
+	// credentials (/etc/ostree/auth.json or /run/ostree/auth.json on the
+	// host; docs/image.md), never with this Secret.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	ImagePullSecret string `json:"imagePullSecret,omitempty"`
+
+	// RequireSignedImages makes every node stage with bootc's
+	// --enforce-container-sigpolicy, so the host's
+	// /etc/containers/policy.json decides which images may be staged (and
+	// bootc refuses a policy whose default is insecureAcceptAnything). A node
+	// reboots only into a staged deployment bootc verified that way; a
+	// rejected image is a failure that counts toward haltAfterFailures.
+	// +optional
+	RequireSignedImages bool `json:"requireSignedImages,omitempty"`
 }
 
 // Pool condition types.
