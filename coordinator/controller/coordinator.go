@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-containerregistry/pkg/authn"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -34,7 +35,7 @@ import (
 // Resolver resolves an image reference to a digest and, for a multi-arch
 // index, its per-platform images (coordinator/resolve).
 type Resolver interface {
-	Resolve(ctx context.Context, ref string) (resolve.Target, error)
+	Resolve(ctx context.Context, ref string, auth authn.Keychain) (resolve.Target, error)
 }
 
 // Defaults of Options.
@@ -86,6 +87,12 @@ type Options struct {
 	InsecureRegistries []string
 	// ResolveTimeout bounds one registry lookup (0: the resolver's default).
 	ResolveTimeout time.Duration
+	// RegistryCAFile is a PEM bundle of CAs trusted for registries, on top of
+	// the system's ("": the system's only).
+	RegistryCAFile string
+	// RegistryAuthFile is a docker config.json with registry credentials
+	// used for every pool, after the pool's own spec.imagePullSecret.
+	RegistryAuthFile string
 
 	// Resolver and Drainer replace the real ones (nil: coordinator/resolve
 	// and coordinator/drain).
@@ -176,8 +183,17 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	if opts.Resolver == nil {
-		opts.Resolver = resolve.New(resolve.Options{Insecure: opts.InsecureRegistries, Timeout: opts.ResolveTimeout})
+		ro := resolve.Options{Insecure: opts.InsecureRegistries, Timeout: opts.ResolveTimeout}
+		if opts.RegistryCAFile != "" {
+			tr, err := resolve.TransportWithCAFile(opts.RegistryCAFile)
+			if err != nil {
+				return nil, err
+			}
+			ro.Transport = tr
+		}
+		opts.Resolver = resolve.New(ro)
 	}
+	auth := &registryAuth{reader: mgr.GetAPIReader(), namespace: secretNamespace, file: opts.RegistryAuthFile}
 	if opts.Drainer == nil {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
@@ -194,7 +210,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		apiReader: mgr.GetAPIReader(),
 		recorder:  mgr.GetEventRecorder(opts.Name),
 		drains:    drains,
-		targets:   newTargetCache(opts.Resolver, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
+		targets:   newTargetCache(opts.Resolver, auth, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
 		opts:      opts,
 		log:       log,
 		waiting:   map[string]time.Time{},

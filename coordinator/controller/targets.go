@@ -17,6 +17,7 @@ import (
 // once per interval, not once per reconcile.
 type targetCache struct {
 	resolver      Resolver
+	auth          *registryAuth
 	interval      time.Duration
 	retryInterval time.Duration
 	log           logr.Logger
@@ -26,7 +27,7 @@ type targetCache struct {
 }
 
 type target struct {
-	spec   string // spec.image it was resolved from
+	spec   string // spec.image (and the pull secret's name) it was resolved from
 	pinned imageref.Pinned
 	// index: the per-platform images when pinned is a multi-arch index.
 	index *platform.Index
@@ -44,8 +45,14 @@ type target struct {
 // retry: the last attempt left something to find out.
 func (t *target) retry() bool { return t.err != "" || t.uninspected != "" }
 
-func newTargetCache(r Resolver, interval, retry time.Duration, log logr.Logger) *targetCache {
-	return &targetCache{resolver: r, interval: interval, retryInterval: retry, log: log, m: map[string]*target{}}
+func newTargetCache(r Resolver, auth *registryAuth, interval, retry time.Duration, log logr.Logger) *targetCache {
+	return &targetCache{resolver: r, auth: auth, interval: interval, retryInterval: retry, log: log, m: map[string]*target{}}
+}
+
+// specKey: what a resolution depends on in the pool's spec. A new pull
+// secret is resolved with at once, not at the next interval.
+func specKey(pool *fleetv1.BootcNodePool) string {
+	return pool.Spec.Image + "\x00" + pool.Spec.ImagePullSecret
 }
 
 // get returns the pool's target, resolving when due, and how long until the
@@ -54,26 +61,32 @@ func (c *targetCache) get(ctx context.Context, pool *fleetv1.BootcNodePool, now 
 	c.mu.Lock()
 	t := c.m[pool.Name]
 	c.mu.Unlock()
-	due := t == nil || t.spec != pool.Spec.Image ||
+	key := specKey(pool)
+	due := t == nil || t.spec != key ||
 		(!t.retry() && now.Sub(t.at) >= c.interval) || (t.retry() && now.Sub(t.at) >= c.retryInterval)
 	if !due {
 		return *t, c.next(t, now)
 	}
-	nt := &target{spec: pool.Spec.Image, at: now}
-	if t != nil && t.spec == pool.Spec.Image {
+	nt := &target{spec: key, at: now}
+	if t != nil && t.spec == key {
 		nt.pinned, nt.index, nt.indexUnknown, nt.uninspected, nt.ok = t.pinned, t.index, t.indexUnknown, t.uninspected, t.ok
 	} else if p, err := imageref.ParsePinned(pool.Status.TargetImage); err == nil {
 		// Until it resolves, in-flight grants finish against the last
 		// target; whether that is an index, only the registry can say.
 		nt.pinned, nt.indexUnknown = p, true
 	}
-	res, err := c.resolver.Resolve(ctx, pool.Spec.Image)
 	log := c.log.WithValues("pool", pool.Name, "image", pool.Spec.Image)
+	var res resolve.Target
+	kc, err := c.auth.keychain(ctx, pool)
 	if err != nil {
+		nt.err = credentialsReason(err) + ": " + err.Error()
+	} else if res, err = c.resolver.Resolve(ctx, pool.Spec.Image, kc); err != nil {
 		nt.err = err.Error()
 		if r := resolve.Reason(err); r != "" {
 			nt.err = r + ": " + nt.err
 		}
+	}
+	if err != nil {
 		log.Info("cannot resolve the pool's image; no new grants", "error", nt.err, "keeping", nt.pinned.String())
 	} else {
 		nt.pinned, nt.index, nt.indexUnknown, nt.ok, nt.uninspected = res.Image, res.Index, false, now, ""

@@ -372,6 +372,13 @@ func (p *planner) held(s Slot) {
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
 		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
+	case st != nil && onDigest(st.Staged, g.Image.Digest) && !p.stagedForReboot(st, g.Image):
+		// requireSignedImages was turned on after the stage: the node is
+		// staged again, verified, before it may reboot.
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
+		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
+			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
 	case !s.CordonedByUs && n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID):
@@ -399,7 +406,7 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 	g := s.Grant
 	claim, claimed := claimOf(st, g.ID)
 	switch {
-	case st != nil && (onDigest(st.Staged, g.Image.Digest) || onDigest(st.Booted, g.Image.Digest)):
+	case st != nil && (p.stagedForReboot(st, g.Image) || onDigest(st.Booted, g.Image.Digest)):
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
 		p.event("Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
@@ -545,7 +552,28 @@ func (p *planner) failures() int {
 			c++
 		}
 	}
+	for _, name := range p.members {
+		if p.failedSlot[name] == "" && p.signatureRejected(name) {
+			c++
+		}
+	}
 	return c
+}
+
+// signatureRejected: the node's agent reports that bootc refused its target
+// under the host's signature policy (amendment 14). That is a failure of
+// the rollout on this node, as a reboot that did not come back is; it ends
+// when the target changes or the agent reports otherwise.
+func (p *planner) signatureRejected(name string) bool {
+	st := p.fresh(p.nodes[name])
+	return st != nil && st.Phase == fleetv1.PhaseDegraded && st.Reason == fleetv1.ReasonSignatureRejected && p.desiredIsTarget(name)
+}
+
+// stagedForReboot: st shows img staged, verified as the pool asks. Under
+// requireSignedImages a deployment bootc fetched without enforcing the
+// signature policy is not staged for the rollout (amendment 14).
+func (p *planner) stagedForReboot(st *fleetv1.BootcNodeStatus, img imageref.Pinned) bool {
+	return st != nil && onDigest(st.Staged, img.Digest) && (!p.in.Pool.Spec.RequireSignedImages || st.Staged.Verified())
 }
 
 func (p *planner) halted() bool { return p.failures() >= p.b.HaltAfterFailures }
@@ -579,7 +607,7 @@ func (p *planner) grant(slots []Slot) {
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) {
 			continue
 		}
-		if onDigest(st.Staged, tgt.Digest) && st.Staged.DownloadOnly {
+		if p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly {
 			rebootable = append(rebootable, name)
 		}
 	}
@@ -617,7 +645,7 @@ func (p *planner) grant(slots []Slot) {
 		if !ok || granted[name] || stillStaging[name] || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
-		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || onDigest(st.Staged, tgt.Digest) {
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.stagedForReboot(st, tgt) {
 			continue
 		}
 		s := free[lease.KindStage][0]
@@ -718,7 +746,7 @@ func (p *planner) membership() {
 				desired = s.Grant.Image.String()
 			}
 		}
-		spec := fleetv1.BootcNodeSpec{Pool: p.pool, DesiredImage: desired, RebootPolicy: p.rebootPolicy()}
+		spec := fleetv1.BootcNodeSpec{Pool: p.pool, DesiredImage: desired, RebootPolicy: p.rebootPolicy(), RequireSignedImages: p.in.Pool.Spec.RequireSignedImages}
 		bn := p.bns[name]
 		if bn != nil && bn.Spec.Pool != p.pool {
 			continue // still another pool's; that pool removes it once the node left it

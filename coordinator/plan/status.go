@@ -48,6 +48,9 @@ func (p *planner) status() {
 		case p.failedSlot[name] != "":
 			failed = append(failed, fmt.Sprintf("%s (%s)", name, p.failedSlot[name]))
 			st.Degraded++
+		case p.signatureRejected(name):
+			failed = append(failed, fmt.Sprintf("%s (%s)", name, fleetv1.ReasonSignatureRejected))
+			st.Degraded++
 		case bs != nil && bs.Phase == fleetv1.PhaseDegraded:
 			degraded = append(degraded, fmt.Sprintf("%s (%s)", name, orUnknown(bs.Reason)))
 			st.Degraded++
@@ -97,7 +100,7 @@ func (p *planner) status() {
 	halted := p.halted()
 	if halted {
 		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
-			fmt.Sprintf("%d node(s) failed to come back on the target image (%s), haltAfterFailures is %d: no new reboot grants. Repair those nodes (each slot is released once its node is back on the image), delete Nodes that are gone, or raise haltAfterFailures",
+			fmt.Sprintf("%d node(s) failed on the target image (%s), haltAfterFailures is %d: no new reboot grants. Repair those nodes (each slot is released once its node is back on the image; a node whose signature policy rejected the image recovers with a new image or a policy that accepts it), delete Nodes that are gone, or raise haltAfterFailures",
 				len(failed), joinMax(failed, 5), p.b.HaltAfterFailures))
 	} else {
 		set(fleetv1.PoolHalted, metav1.ConditionFalse, fleetv1.ReasonNotHalted,

@@ -274,6 +274,7 @@ const (
 	WhyNotRenewed    = "NotRenewed"
 	WhyAlreadyDone   = "AlreadyOnTarget"
 	WhyReleased      = "ReleasedByAgent"
+	WhyUnverified    = "StagedUnverified"
 	WhyCordon        = "Cordon"
 	WhyEligible      = "Eligible"
 	WhyRebootTimeout = fleetv1.ReasonRebootTimeout

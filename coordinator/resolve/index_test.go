@@ -87,7 +87,7 @@ func TestResolveMultiArchIndexGivesEachPlatformItsImage(t *testing.T) {
 	idx, imgs := tr.pushIndex(t, "fleet/multi:1", "linux/amd64", "linux/arm64/v8")
 	r := tr.resolver(Options{})
 	tr.manifests.Store(0)
-	got, err := r.Resolve(context.Background(), tr.host+"/fleet/multi:1")
+	got, err := r.Resolve(context.Background(), tr.host+"/fleet/multi:1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestResolveMultiArchIndexGivesEachPlatformItsImage(t *testing.T) {
 	}
 	// The tag still names the same index: HEAD only, as for a single manifest.
 	tr.manifests.Store(0)
-	again, err := r.Resolve(context.Background(), tr.host+"/fleet/multi:1")
+	again, err := r.Resolve(context.Background(), tr.host+"/fleet/multi:1", nil)
 	if err != nil || again.Index != got.Index {
 		t.Fatalf("again: %+v, %v", again, err)
 	}
@@ -120,7 +120,7 @@ func TestResolveMultiArchIndexGivesEachPlatformItsImage(t *testing.T) {
 	}
 	// The tag moves to a new index: read again.
 	idx2, imgs2 := tr.pushIndex(t, "fleet/multi:1", "linux/amd64", "linux/arm64")
-	moved, err := r.Resolve(context.Background(), tr.host+"/fleet/multi:1")
+	moved, err := r.Resolve(context.Background(), tr.host+"/fleet/multi:1", nil)
 	if err != nil || moved.Image.Digest != idx2.String() {
 		t.Fatalf("after the tag moved: %+v, %v; want %s", moved, err, idx2)
 	}
@@ -148,7 +148,7 @@ func TestResolveDockerManifestListWhenHeadFails(t *testing.T) {
 		}
 		next.ServeHTTP(w, r)
 	}
-	got, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/list:1")
+	got, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/list:1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestResolveIndexSkipsWhatNoNodeCanBoot(t *testing.T) {
 		mutate.IndexAddendum{Add: nested, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
 	)
 	tr.writeIndex(t, "fleet/mixed:1", idx)
-	got, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/mixed:1")
+	got, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/mixed:1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestResolveRefusesIndexesItCannotUse(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ref := fmt.Sprintf("fleet/bad:%d", i)
 			tr.putRaw(t, ref, types.OCIImageIndex, c.body)
-			_, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/"+ref)
+			_, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/"+ref, nil)
 			if !errors.Is(err, ErrBadResponse) || Reason(err) != "RegistryBadResponse" {
 				t.Fatalf("Resolve = %v, want ErrBadResponse", err)
 			}
@@ -239,7 +239,7 @@ func TestResolveRefusesIndexesItCannotUse(t *testing.T) {
 			errors.As(err, &e)
 			dg := strings.Fields(strings.TrimPrefix(e.Err.Error(), "index "))[0]
 			dg = strings.TrimSuffix(dg, ":")
-			if _, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/bad@"+dg); !errors.Is(err, ErrBadResponse) {
+			if _, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/bad@"+dg, nil); !errors.Is(err, ErrBadResponse) {
 				t.Fatalf("digest reference to the index: %v, want ErrBadResponse", err)
 			}
 		})
@@ -264,7 +264,7 @@ func TestResolveRefusesAnIndexThatIsNotJSON(t *testing.T) {
 			_, _ = w.Write(body)
 		}
 	}
-	_, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/broken:1")
+	_, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/broken:1", nil)
 	if !errors.Is(err, ErrBadResponse) || !strings.Contains(err.Error(), "index "+dg) {
 		t.Fatalf("Resolve = %v, want ErrBadResponse naming the index", err)
 	}

@@ -129,7 +129,10 @@ const (
 // ErrBadResponse (which includes an index the coordinator refuses) with
 // errors.Is, unless the caller's ctx ended first (then the error wraps
 // ctx.Err()).
-func (r *Resolver) Resolve(ctx context.Context, ref string) (Target, error) {
+//
+// auth supplies the credentials for this lookup (a pool's pull secret);
+// nil means Options.Keychain.
+func (r *Resolver) Resolve(ctx context.Context, ref string, auth authn.Keychain) (Target, error) {
 	if err := imageref.ValidateWithHost(ref); err != nil {
 		return Target{}, &Error{Ref: ref, Kind: ErrInvalidReference, Err: err}
 	}
@@ -153,11 +156,15 @@ func (r *Resolver) Resolve(ctx context.Context, ref string) (Target, error) {
 	}
 	registry := nref.Context().RegistryStr()
 
+	keychain := auth
+	if keychain == nil {
+		keychain = r.keychain
+	}
 	rctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	opts := []remote.Option{
 		remote.WithContext(rctx),
-		remote.WithAuthFromKeychain(r.keychain),
+		remote.WithAuthFromKeychain(keychain),
 		remote.WithTransport(r.transport),
 		// go-containerregistry's retries sleep regardless of ctx (1s, then
 		// 3s); keep them short so Timeout stays close to the real bound.

@@ -89,7 +89,7 @@ func TestResolveTagFollowsTheTag(t *testing.T) {
 	ref := tr.host + "/fleet/os:stable"
 
 	first := tr.push(t, "fleet/os:stable")
-	got, err := r.Resolve(ctx, ref)
+	got, err := r.Resolve(ctx, ref, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestResolveTagFollowsTheTag(t *testing.T) {
 	if second == first {
 		t.Fatal("random images collided")
 	}
-	got, err = r.Resolve(ctx, ref)
+	got, err = r.Resolve(ctx, ref, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestResolveDigestReferenceIsInspectedOnce(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := tr.resolver(Options{})
 			tr.requests.Store(0)
-			got, err := r.Resolve(context.Background(), c.ref)
+			got, err := r.Resolve(context.Background(), c.ref, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func TestResolveDigestReferenceIsInspectedOnce(t *testing.T) {
 			}
 			// Content-addressed: the answer is kept.
 			tr.requests.Store(0)
-			again, err := r.Resolve(context.Background(), c.ref)
+			again, err := r.Resolve(context.Background(), c.ref, nil)
 			if err != nil || again.Image != got.Image || again.Index != got.Index {
 				t.Fatalf("second Resolve = %+v, %v; want %+v", again, err, got)
 			}
@@ -177,7 +177,7 @@ func TestResolveDigestReferenceTheRegistryCannotAnswerIsUsedAsWritten(t *testing
 			tr.wrap = c.wrap
 			defer func() { tr.wrap = nil }()
 			r := New(Options{Insecure: []string{tr.host, closedHost}, Timeout: 5 * time.Second})
-			got, err := r.Resolve(context.Background(), c.ref)
+			got, err := r.Resolve(context.Background(), c.ref, nil)
 			if err != nil {
 				t.Fatalf("Resolve = %v, want the digest used as written", err)
 			}
@@ -189,7 +189,7 @@ func TestResolveDigestReferenceTheRegistryCannotAnswerIsUsedAsWritten(t *testing
 			}
 			// Not remembered: the next Resolve asks again.
 			tr.requests.Store(0)
-			if _, err := r.Resolve(context.Background(), c.ref); err != nil {
+			if _, err := r.Resolve(context.Background(), c.ref, nil); err != nil {
 				t.Fatal(err)
 			}
 			if c.kind != ErrUnreachable && tr.requests.Load() == 0 {
@@ -216,7 +216,7 @@ func TestResolveRejectsInvalidReferencesWithoutRequests(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := r.Resolve(context.Background(), c.ref)
+			_, err := r.Resolve(context.Background(), c.ref, nil)
 			if !errors.Is(err, ErrInvalidReference) || !errors.Is(err, imageref.ErrInvalid) {
 				t.Fatalf("Resolve(%q) = %v, want ErrInvalidReference wrapping imageref.ErrInvalid", c.ref, err)
 			}
@@ -263,7 +263,7 @@ func TestResolveFailuresAreClassified(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := New(c.opts).Resolve(context.Background(), c.ref)
+			_, err := New(c.opts).Resolve(context.Background(), c.ref, nil)
 			if !errors.Is(err, c.kind) {
 				t.Fatalf("Resolve(%q) = %v, want %v", c.ref, err, c.kind)
 			}
@@ -281,7 +281,7 @@ func TestResolveFailuresAreClassified(t *testing.T) {
 		})
 	}
 	t.Run("TLS failures are also unreachable", func(t *testing.T) {
-		_, err := New(Options{}).Resolve(context.Background(), tr.host+"/fleet/os:1")
+		_, err := New(Options{}).Resolve(context.Background(), tr.host+"/fleet/os:1", nil)
 		if !errors.Is(err, ErrUnreachable) || errors.Is(err, ErrNotFound) {
 			t.Fatalf("got %v", err)
 		}
@@ -319,7 +319,7 @@ func TestResolveUnauthorizedAndKeychain(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := tr.resolver(Options{Keychain: c.keychain}).Resolve(context.Background(), ref)
+			got, err := tr.resolver(Options{Keychain: c.keychain}).Resolve(context.Background(), ref, nil)
 			if c.kind == nil {
 				if err != nil || got.Image.Digest != want.String() {
 					t.Fatalf("Resolve = %v, %v; want %s", got, err, want)
@@ -347,7 +347,7 @@ func TestResolveFallsBackToGetWhenHeadFails(t *testing.T) {
 		}
 		next.ServeHTTP(w, r)
 	}
-	got, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/os:1")
+	got, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/os:1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func TestResolveServerErrorsAreUnreachable(t *testing.T) {
 		}
 		next.ServeHTTP(w, r)
 	}
-	_, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/os:1")
+	_, err := tr.resolver(Options{}).Resolve(context.Background(), tr.host+"/fleet/os:1", nil)
 	if !errors.Is(err, ErrUnreachable) || errors.Is(err, ErrTLS) {
 		t.Fatalf("Resolve = %v, want ErrUnreachable (not TLS)", err)
 	}
@@ -388,7 +388,7 @@ func TestResolveTimeoutAndCancellation(t *testing.T) {
 	ref := tr.host + "/fleet/os:1"
 
 	t.Run("timeout is unreachable", func(t *testing.T) {
-		_, err := tr.resolver(Options{Timeout: 200 * time.Millisecond}).Resolve(context.Background(), ref)
+		_, err := tr.resolver(Options{Timeout: 200 * time.Millisecond}).Resolve(context.Background(), ref, nil)
 		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "no answer within 200ms") {
 			t.Fatalf("Resolve = %v, want ErrUnreachable naming the timeout", err)
 		}
@@ -402,7 +402,7 @@ func TestResolveTimeoutAndCancellation(t *testing.T) {
 			}
 			cancel()
 		}()
-		_, err := tr.resolver(Options{Timeout: time.Minute}).Resolve(ctx, ref)
+		_, err := tr.resolver(Options{Timeout: time.Minute}).Resolve(ctx, ref, nil)
 		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnreachable) {
 			t.Fatalf("Resolve = %v, want context.Canceled only", err)
 		}
@@ -441,7 +441,7 @@ func BenchmarkResolveTag(b *testing.B) {
 	tr.requests.Store(0)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := r.Resolve(ctx, ref); err != nil {
+		if _, err := r.Resolve(ctx, ref, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -454,13 +454,13 @@ func BenchmarkResolveDigest(b *testing.B) {
 	r := tr.resolver(Options{})
 	ctx := context.Background()
 	ref := tr.host + "/fleet/os:1@" + d.String()
-	if _, err := r.Resolve(ctx, ref); err != nil {
+	if _, err := r.Resolve(ctx, ref, nil); err != nil {
 		b.Fatal(err)
 	}
 	tr.requests.Store(0)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := r.Resolve(ctx, ref); err != nil {
+		if _, err := r.Resolve(ctx, ref, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

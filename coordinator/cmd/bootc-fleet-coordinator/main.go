@@ -43,6 +43,8 @@ func main() {
 		workers         = flag.Int("workers", controller.DefaultWorkers, "pools reconciled at once")
 		resolveTimeout  = flag.Duration("resolve-timeout", 30*time.Second, "bound on one registry lookup")
 		logLevel        = flag.String("log-level", "info", "debug, info or error")
+		registryCA      = flag.String("registry-ca-file", "", "PEM bundle of CAs trusted for registries, in addition to the system's")
+		registryAuth    = flag.String("registry-auth-file", "", "docker config.json with registry credentials for every pool (e.g. a mounted kubernetes.io/dockerconfigjson Secret); a pool's spec.imagePullSecret comes first")
 		insecure        stringList
 	)
 	flag.Var(&insecure, "insecure-registry", "registry host[:port] reachable over plain HTTP (repeatable)")
@@ -62,6 +64,12 @@ func main() {
 	if *workers < 1 {
 		fmt.Fprintf(os.Stderr, "bootc-fleet-coordinator: --workers must be at least 1, got %d\n", *workers)
 		os.Exit(2)
+	}
+	if *registryAuth != "" {
+		if err := controller.CheckRegistryAuthFile(*registryAuth); err != nil {
+			fmt.Fprintln(os.Stderr, "bootc-fleet-coordinator:", err)
+			os.Exit(2)
+		}
 	}
 	ctrl.SetLogger(zap.New(zap.Level(lvl)))
 	log := ctrl.Log.WithName("bootc-fleet-coordinator")
@@ -83,6 +91,8 @@ func main() {
 		Workers:                 *workers,
 		ResolveTimeout:          *resolveTimeout,
 		InsecureRegistries:      insecure,
+		RegistryCAFile:          *registryCA,
+		RegistryAuthFile:        *registryAuth,
 		Logger:                  log,
 	})
 	if err != nil {
