@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,6 +74,12 @@ func newBootID(node string, boot int) string {
 // stop is called).
 func startCoordinator(t *testing.T, name string, mutate func(*controller.Options)) (stop func()) {
 	t.Helper()
+	return startCoordinatorAs(t, env.Config, name, mutate)
+}
+
+// startCoordinatorAs runs a coordinator with the identity cfg carries.
+func startCoordinatorAs(t *testing.T, cfg *rest.Config, name string, mutate func(*controller.Options)) (stop func()) {
+	t.Helper()
 	opts := controller.Options{
 		Name:                 name,
 		RequeueInterval:      time.Second,
@@ -83,7 +90,7 @@ func startCoordinator(t *testing.T, name string, mutate func(*controller.Options
 	if mutate != nil {
 		mutate(&opts)
 	}
-	c, err := controller.New(env.Config, opts)
+	c, err := controller.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,6 +102,9 @@ func NewPrivate(t testing.TB) *Private {
 	}
 	p.pool.AddCert(ca)
 	p.srv = httptest.NewUnstartedServer(p.basicAuth(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))))
+	// Clients that do not trust the CA are expected; keep their failed
+	// handshakes out of the test log.
+	p.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	p.srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}}
 	p.srv.StartTLS()
 	t.Cleanup(p.srv.Close)
