@@ -34,7 +34,9 @@ func main() {
 	var (
 		leaderElect     = flag.Bool("leader-elect", false, "elect one active replica through a Lease")
 		leaderNamespace = flag.String("leader-election-namespace", lease.Namespace, "namespace of the leader-election Lease")
-		metricsAddr     = flag.String("metrics-bind-address", ":8080", "address of /metrics (0 disables)")
+		metricsAddr     = flag.String("metrics-bind-address", ":8443", "address of /metrics (0 disables)")
+		metricsSecure   = flag.Bool("metrics-secure", true, "serve /metrics over HTTPS to callers the API server authenticates and authorizes (get on the non-resource URL /metrics); false serves plain HTTP to anyone")
+		metricsCertDir  = flag.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics (reloaded on change); empty: a self-signed certificate")
 		probeAddr       = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 		resolveInterval = flag.Duration("resolve-interval", controller.DefaultResolveInterval, "how often a tag is re-resolved to a digest")
 		leaseDuration   = flag.Duration("lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants; a stage grant whose holder was not seen reporting for this long expires")
@@ -83,6 +85,8 @@ func main() {
 		LeaderElection:          *leaderElect,
 		LeaderElectionNamespace: *leaderNamespace,
 		MetricsBindAddress:      *metricsAddr,
+		MetricsSecure:           *metricsSecure,
+		MetricsCertDir:          *metricsCertDir,
 		HealthProbeBindAddress:  *probeAddr,
 		ResolveInterval:         *resolveInterval,
 		LeaseDuration:           *leaseDuration,
