@@ -132,6 +132,12 @@ const (
 	// single manifest for all, or, for a multi-arch index, each node its
 	// platform's image. False names the nodes the index has no image for.
 	PoolPlatformImages = "PlatformImages"
+	// PoolNodeSelectorRestricted is False when spec.nodeSelector keys on a
+	// label a kubelet may set on its own Node (NodeRestriction allows it), so
+	// a node could join or leave the pool by relabelling itself; the message
+	// names the keys. Keys under node-restriction.kubernetes.io/ (and other
+	// labels a kubelet may not set) make it True.
+	PoolNodeSelectorRestricted = "NodeSelectorRestricted"
 )
 
 // Pool condition reasons.
@@ -158,6 +164,9 @@ const (
 	ReasonPlatformsMatched = "PlatformsMatched"
 	ReasonPlatformMissing  = "PlatformMissing"
 	ReasonNotInspected     = "NotInspected"
+	// NodeSelectorRestricted reasons.
+	ReasonSelfSettableLabels = "SelfSettableLabels"
+	ReasonRestrictedLabels   = "RestrictedLabels"
 )
 
 // Why a node has no image in its pool's multi-arch index (the reason of

@@ -165,6 +165,7 @@ func (p *planner) status() {
 		set(fleetv1.PoolAgentsReporting, metav1.ConditionTrue, fleetv1.ReasonAgentsReporting, "every node with rollout work reports")
 	}
 	p.platformCondition(set)
+	p.membershipCondition(prev.Conditions, set)
 	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
 	p.out.Status = st
 }
