@@ -660,3 +660,48 @@ func TestWhenRBACIsTooWide(t *testing.T) {
 	// kube-node-lease, even one named after it.
 	wantNodeRestriction(t, w.nodeA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Namespace: "default"}}), "node-a")
 }
+
+// The coordinator reads a pool's pull secret by name in its own namespace,
+// and nothing more: as its ServiceAccount under the packaged RBAC it cannot
+// list Secrets there or read one anywhere else. A node can read none of
+// them (the Node authorizer gives a kubelet only the Secrets its pods use).
+func TestSecretsReadOnlyByNameInTheCoordinatorsNamespace(t *testing.T) {
+	ctx, w := setup(t)
+	root := envtest.RepoRoot()
+	if err := envtest.Apply(ctx, env.Client, filepath.Join(root, "packaging/rbac/coordinator.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	const sa = "system:serviceaccount:bootc-fleet-system:bootc-fleet-coordinator"
+	cfg, err := env.AddUser(sa, "system:serviceaccounts", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{lease.Namespace, "default"} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pull", Namespace: ns}, Type: corev1.SecretTypeDockerConfigJson,
+			Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"registry.example":{"auth":"dTpw"}}}`)}}
+		if err := w.admin.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	if err := waitAllowed(ctx, coord, true, lease.Namespace, "get", "", "secrets"); err != nil {
+		t.Fatal(err)
+	}
+	var s corev1.Secret
+	if err := coord.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: "pull"}, &s); err != nil {
+		t.Fatalf("the coordinator cannot read a pull secret in %s: %v", lease.Namespace, err)
+	}
+	wantRBACDenial(t, coord.List(ctx, &corev1.SecretList{}, client.InNamespace(lease.Namespace)), sa, "list", "secrets")
+	wantRBACDenial(t, coord.Get(ctx, client.ObjectKey{Namespace: "default", Name: "pull"}, &s), sa, "get", "secrets")
+	wantRBACDenial(t, coord.List(ctx, &corev1.SecretList{}), sa, "list", "secrets")
+	wantRBACDenial(t, coord.Update(ctx, s.DeepCopy()), sa, "update", "secrets")
+	// A node: the Node authorizer's own refusal.
+	err = w.nodeA.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: "pull"}, &s)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `User "system:node:node-a" cannot get resource "secrets"`) ||
+		!strings.Contains(err.Error(), "no relationship found between node 'node-a' and this object") {
+		t.Fatalf("node reading a pull secret: %v", err)
+	}
+}
