@@ -41,7 +41,7 @@ const (
 const WatchdogSec = 5
 
 // NodeLabel selects the e2e nodes for a pool.
-const NodeLabel = "e2e.fleet.bootc.dev/pool"
+const NodeLabel = "node-restriction.kubernetes.io/bootc-fleet-e2e-pool"
 
 // Fleet is N booted nodes plus the API server their agents talk to.
 type Fleet struct {

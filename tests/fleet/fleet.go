@@ -39,6 +39,11 @@ import (
 )
 
 // Fleet is a running whole system: API server, registry, coordinator, nodes.
+// PoolLabel selects a simulated pool's Nodes. It is in the
+// node-restriction.kubernetes.io namespace, which kubelets may not set on
+// themselves, as docs/security.md recommends.
+const PoolLabel = "node-restriction.kubernetes.io/bootc-fleet-pool"
+
 type Fleet struct {
 	Env      *envtest.Env
 	Kube     kubernetes.Interface
@@ -234,7 +239,7 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 	}
 	n := &SimNode{
 		Name: nodeName, Pool: p.Name, Machine: m, bootc: testbootc.NewMem(m),
-		Kubelet:   &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{"bootc.dev/pool": p.Name}, OS: "linux", Arch: arch},
+		Kubelet:   &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{PoolLabel: p.Name}, OS: "linux", Arch: arch},
 		behaviour: b, log: f.Log, rest: cfg, stateDir: stateDir,
 		logger: f.logger.With("node", nodeName),
 	}
@@ -292,7 +297,7 @@ func (p *Pool) Create(tag string, opts PoolOptions) {
 	bnp := &fleetv1.BootcNodePool{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name},
 		Spec: fleetv1.BootcNodePoolSpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"bootc.dev/pool": p.Name}},
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{PoolLabel: p.Name}},
 			Image:        p.Repo + ":" + tag,
 			Rollout: fleetv1.RolloutSpec{MaxUnavailable: &mu, MaxStaging: &ms, HaltAfterFailures: &halt,
 				DrainTimeout: &metav1.Duration{Duration: drain}},

@@ -281,7 +281,7 @@ func (f *ProcFleet) CreatePool(ctx context.Context, tag string, maxUnavailable, 
 	p := &fleetv1.BootcNodePool{
 		ObjectMeta: metav1.ObjectMeta{Name: f.Pool},
 		Spec: fleetv1.BootcNodePoolSpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"bootc.dev/pool": f.Pool}},
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{PoolLabel: f.Pool}},
 			Image:        f.TagRef(tag),
 			Rollout: fleetv1.RolloutSpec{MaxUnavailable: &mu, MaxStaging: &ms, HaltAfterFailures: &halt,
 				DrainTimeout:  &metav1.Duration{Duration: 20 * time.Second},

@@ -121,7 +121,7 @@ func (f *ProcFleet) addNode(ctx context.Context, nodeName, image string) (*ProcN
 		return nil, err
 	}
 	go n.readNotify(n.notify)
-	n.Kubelet = &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{"bootc.dev/pool": f.Pool}}
+	n.Kubelet = &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{PoolLabel: f.Pool}}
 	if err := n.Kubelet.Register(ctx, n.bootID); err != nil {
 		n.close()
 		return nil, err
