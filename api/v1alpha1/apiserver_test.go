@@ -162,6 +162,9 @@ func TestInvalidPoolsRejectedNamingTheField(t *testing.T) {
 		{"rebootTimeout unparsable", func(o map[string]any) { rollout(o)["rebootTimeout"] = "thirty" }, "spec.rollout.rebootTimeout"},
 		{"haltAfterFailures 0", func(o map[string]any) { rollout(o)["haltAfterFailures"] = 0 }, "spec.rollout.haltAfterFailures"},
 		{"unknown rebootPolicy", func(o map[string]any) { spec(o)["rebootPolicy"] = "Sometimes" }, "spec.rebootPolicy"},
+		{"imagePullSecret not a name", func(o map[string]any) { spec(o)["imagePullSecret"] = "../other/secret" }, "spec.imagePullSecret"},
+		{"imagePullSecret upper case", func(o map[string]any) { spec(o)["imagePullSecret"] = "Pull" }, "spec.imagePullSecret"},
+		{"requireSignedImages a string", func(o map[string]any) { spec(o)["requireSignedImages"] = "yes" }, "spec.requireSignedImages"},
 		{"name too long", func(o map[string]any) {
 			o["metadata"].(map[string]any)["name"] = strings.Repeat("p", 51)
 		}, "metadata.name"},
