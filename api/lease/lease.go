@@ -43,6 +43,14 @@ const (
 	// for this grant ("true") or found it already cordoned ("false"), as its
 	// cordon call found the Node (not as a cache showed it).
 	AnnotationCordonedByUs = "fleet.bootc.dev/cordoned-by-us"
+	// AnnotationBackSince (RFC 3339, held reboot slots, coordinator only):
+	// when the holder was first found back on the image, Ready, in its new
+	// boot; the slot is released minReadySeconds later if it stays so.
+	AnnotationBackSince = "fleet.bootc.dev/back-since"
+	// AnnotationReleasedAt (RFC 3339, free reboot slots, coordinator only):
+	// when the slot was last released with its node verified back; the
+	// start of pauseBetweenBatches.
+	AnnotationReleasedAt = "fleet.bootc.dev/released-at"
 
 	// NodeAnnotationCordonedFor is written on the Node in the same update
 	// that cordons it, naming the grant (CordonMark) it was cordoned for. A

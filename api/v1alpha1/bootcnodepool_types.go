@@ -64,6 +64,71 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	HaltAfterFailures *int32 `json:"haltAfterFailures,omitempty"`
+
+	// Windows are when new reboot grants may be given; none means any time.
+	// Work granted inside a window finishes after it closes. Staging may
+	// run at any time unless StageOnlyInWindow.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Windows []MaintenanceWindow `json:"windows,omitempty"`
+
+	// StageOnlyInWindow: no new stage grants outside Windows either.
+	// +optional
+	StageOnlyInWindow bool `json:"stageOnlyInWindow,omitempty"`
+
+	// MinReadySeconds is how long a node must stay Ready, back on the
+	// target image in a new boot, before its reboot slot is released: a
+	// node that comes up and falls over keeps its slot, so the rollout
+	// does not move on past it.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
+
+	// PauseBetweenBatches makes reboots go in batches: a new batch of up to
+	// maxUnavailable nodes starts only when every node of the previous one
+	// is back (no reboot slot held) and this long has passed since the last
+	// of them came back. Unset or 0: each freed slot is granted again at
+	// once.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 10m"
+	// +optional
+	PauseBetweenBatches *metav1.Duration `json:"pauseBetweenBatches,omitempty"`
+}
+
+// Weekday is a day of the week, as Go's time.Weekday names it.
+// +kubebuilder:validation:Enum=Monday;Tuesday;Wednesday;Thursday;Friday;Saturday;Sunday
+type Weekday string
+
+// MaintenanceWindow opens on each of Days at Start, local time in TimeZone,
+// for Duration (elapsed time: a window across a DST change lasts Duration).
+type MaintenanceWindow struct {
+	// Days the window opens on; empty means every day.
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=set
+	// +optional
+	Days []Weekday `json:"days,omitempty"`
+	// Start is the local opening time, HH:MM (24-hour). On a day a DST
+	// change skips that time, the window opens at the same offset past the
+	// change (Go's time.Date normalization: 02:30 in a skipped hour opens
+	// at 03:30).
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	// +required
+	Start string `json:"start"`
+	// Duration is how long the window stays open: more than 0, at most 7 days.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('168h')",message="must be a duration greater than 0 and at most 168h, e.g. 4h"
+	// +required
+	Duration metav1.Duration `json:"duration"`
+	// TimeZone is an IANA time zone name, e.g. Europe/Berlin (default UTC).
+	// An unknown name keeps the window closed and is named on the pool.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$`
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // BootcNodePoolSpec is what the operator asks of a set of nodes.
@@ -138,7 +203,16 @@ const (
 	// names the keys. Keys under node-restriction.kubernetes.io/ (and other
 	// labels a kubelet may not set) make it True.
 	PoolNodeSelectorRestricted = "NodeSelectorRestricted"
+	// PoolMaintenanceWindow (only with spec.rollout.windows) is True while a
+	// window is open, False while all are closed; the message says when the
+	// open one closes or the next one opens.
+	PoolMaintenanceWindow = "MaintenanceWindow"
 )
+
+// AnnotationHold on a Node holds it out of rollouts: it gets no new grant
+// (what it holds finishes), is counted in status.held and is no failure.
+// The value, if any, is shown as the reason.
+const AnnotationHold = "fleet.bootc.dev/hold"
 
 // Pool condition reasons.
 const (
@@ -167,6 +241,10 @@ const (
 	// NodeSelectorRestricted reasons.
 	ReasonSelfSettableLabels = "SelfSettableLabels"
 	ReasonRestrictedLabels   = "RestrictedLabels"
+	// MaintenanceWindow reasons.
+	ReasonWindowOpen    = "WindowOpen"
+	ReasonWindowClosed  = "WindowClosed"
+	ReasonInvalidWindow = "InvalidWindow"
 )
 
 // Why a node has no image in its pool's multi-arch index (the reason of
@@ -227,6 +305,10 @@ type BootcNodePoolStatus struct {
 	// a while (condition AgentsReporting names them).
 	// +optional
 	Quiet int32 `json:"quiet,omitempty"`
+	// Held counts nodes annotated fleet.bootc.dev/hold (also counted in
+	// their bucket above); they get no new grants.
+	// +optional
+	Held int32 `json:"held,omitempty"`
 
 	// Conditions: Progressing, UpToDate, Degraded, Halted, AgentsReporting,
 	// PlatformImages.

@@ -122,9 +122,15 @@ func nodeChanged() predicate.Predicate {
 		}
 		return !labels.Equals(a.Labels, b.Labels) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
 			a.Annotations[lease.NodeAnnotationCordonedFor] != b.Annotations[lease.NodeAnnotationCordonedFor] ||
+			a.Annotations[fleetv1.AnnotationHold] != b.Annotations[fleetv1.AnnotationHold] || hasHold(a) != hasHold(b) ||
 			nodeReady(a) != nodeReady(b) || a.Status.NodeInfo.BootID != b.Status.NodeInfo.BootID ||
 			a.Status.NodeInfo.OperatingSystem != b.Status.NodeInfo.OperatingSystem || a.Status.NodeInfo.Architecture != b.Status.NodeInfo.Architecture
 	}}
+}
+
+func hasHold(n *corev1.Node) bool {
+	_, ok := n.Annotations[fleetv1.AnnotationHold]
+	return ok
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -267,6 +273,7 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 		pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID,
 			OS: n.Status.NodeInfo.OperatingSystem, Arch: n.Status.NodeInfo.Architecture,
 			CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
+		pn.HoldReason, pn.Held = n.Annotations[fleetv1.AnnotationHold]
 		if in {
 			for name, s := range others {
 				if s.Matches(labels.Set(n.Labels)) {

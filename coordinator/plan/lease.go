@@ -35,10 +35,14 @@ func ParseSlot(pool string, l *coordinationv1.Lease) (s Slot, ok bool) {
 			return s, true
 		}
 		s.State = SlotFree
+		// A timestamp we cannot read only loses the pause it would start.
+		s.ReleasedAt, _ = time.Parse(time.RFC3339Nano, l.Annotations[lease.AnnotationReleasedAt])
 	case err != nil:
 		s.State, s.Problem = SlotMalformed, err.Error()
 	default:
 		s.State, s.Grant = SlotHeld, g
+		// Unreadable: the minReadySeconds clock starts again, later, never earlier.
+		s.BackSince, _ = time.Parse(time.RFC3339Nano, l.Annotations[lease.AnnotationBackSince])
 		if kind == lease.KindReboot {
 			switch v := l.Annotations[lease.AnnotationCordonedByUs]; v {
 			case "true", "false":
@@ -105,8 +109,17 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 		l.Annotations[lease.AnnotationCordonedByUs] = strconv.FormatBool(c.CordonedByUs)
 	case OpMarkFailed:
 		l.Annotations[lease.AnnotationFailure] = c.Failure
+	case OpMarkBack:
+		if c.BackSince.IsZero() {
+			delete(l.Annotations, lease.AnnotationBackSince)
+		} else {
+			l.Annotations[lease.AnnotationBackSince] = c.BackSince.UTC().Format(time.RFC3339Nano)
+		}
 	case OpRelease, OpRevoke:
 		clearGrant(l)
+		if c.Op == OpRelease && c.Kind == lease.KindReboot && c.Why == WhyVerified {
+			l.Annotations[lease.AnnotationReleasedAt] = now.UTC().Format(time.RFC3339Nano)
+		}
 	case OpReset:
 		clearGrant(l)
 		if pool, kind, _, err := lease.ParseSlotName(l.Name); err == nil {
@@ -123,7 +136,7 @@ func clearGrant(l *coordinationv1.Lease) {
 	l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = nil, nil, nil
 	delete(l.Labels, lease.LabelHolder)
 	for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationSoftRebootCount, lease.AnnotationPhase,
-		lease.AnnotationFailure, lease.AnnotationCordonedByUs} {
+		lease.AnnotationFailure, lease.AnnotationCordonedByUs, lease.AnnotationBackSince, lease.AnnotationReleasedAt} {
 		delete(l.Annotations, a)
 	}
 }

@@ -92,6 +92,8 @@ type planner struct {
 	// target's index has no image for, and why.
 	targets map[string]imageref.Pinned
 	noImage map[string]*platform.Problem
+	// win: the pool's maintenance windows now (pacing.go).
+	win windowState
 }
 
 // Plan decides the changes for one pool. It is pure and deterministic: the
@@ -123,6 +125,7 @@ func Plan(in Input) Output {
 	}
 	p.b = ResolveBudget(in.Pool.Spec.Rollout, len(p.members))
 	p.nodeTargets()
+	p.win = evalWindows(in.Pool.Spec.Rollout.Windows, in.Now)
 
 	slots := append([]Slot(nil), in.Slots...)
 	sort.Slice(slots, func(i, j int) bool {
@@ -247,7 +250,10 @@ func (p *planner) change(s Slot, c SlotChange) {
 	a := p.after[s.Name]
 	switch c.Op {
 	case OpRelease, OpRevoke, OpReset:
-		*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotFree}
+		*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotFree, ReleasedAt: s.ReleasedAt}
+		if c.Op == OpRelease && c.Why == WhyVerified {
+			a.ReleasedAt = p.in.Now
+		}
 		if c.Uncordon {
 			p.uncordoned[c.Node] = true
 		}
@@ -257,6 +263,8 @@ func (p *planner) change(s Slot, c SlotChange) {
 		a.Grant.Failure = c.Failure
 	case OpCordon:
 		a.CordonedByUs = true
+	case OpMarkBack:
+		a.BackSince = c.BackSince
 	}
 }
 
@@ -330,7 +338,10 @@ func (p *planner) held(s Slot) {
 	}
 	if g.Phase == lease.PhaseReboot {
 		back, soft := p.verifiedBack(n, st, g)
+		p.trackBack(s, n, back)
 		switch {
+		case back && !p.readyLongEnough(s, n):
+			// Back, but not for minReadySeconds yet (pacing.go).
 		case back:
 			how := "in a new boot"
 			if soft {
@@ -601,7 +612,7 @@ func (p *planner) grant(slots []Slot) {
 		n := p.nodes[name]
 		st := p.fresh(n)
 		tgt, ok := p.targetOf(name)
-		if !ok || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+		if !ok || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) {
@@ -613,7 +624,7 @@ func (p *planner) grant(slots []Slot) {
 	}
 	sort.SliceStable(rebootable, func(i, j int) bool { return other[rebootable[i]] && !other[rebootable[j]] })
 	granted := map[string]bool{}
-	if !p.halted() {
+	if !p.halted() && p.rebootGrantsAllowed(heldReboot) {
 		for _, name := range rebootable {
 			if len(free[lease.KindReboot]) == 0 {
 				break
@@ -636,13 +647,13 @@ func (p *planner) grant(slots []Slot) {
 	}
 
 	for _, name := range p.stageQueue() {
-		if len(free[lease.KindStage]) == 0 || heldStage >= p.b.MaxStaging {
+		if len(free[lease.KindStage]) == 0 || heldStage >= p.b.MaxStaging || !p.stageGrantsAllowed() {
 			break
 		}
 		n := p.nodes[name]
 		st := p.fresh(n)
 		tgt, ok := p.targetOf(name)
-		if !ok || granted[name] || stillStaging[name] || p.conflicted(n) || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+		if !ok || granted[name] || stillStaging[name] || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.stagedForReboot(st, tgt) {

@@ -73,6 +73,8 @@ func (p *planner) status() {
 		notUpdated = append(notUpdated, name)
 	}
 	st.Failures = int32(p.failures())
+	held := p.heldNodes()
+	st.Held = int32(len(held))
 	sort.Strings(degraded)
 	sort.Strings(failed)
 	quiet, refusing := p.quietAgents(holds)
@@ -147,8 +149,11 @@ func (p *planner) status() {
 		case halted:
 			set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonFailuresReached, "halted: no new reboot grants (see the Halted condition)")
 		default:
-			set(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut,
-				fmt.Sprintf("%s; %d staging, %d staged, %d rebooting (maxUnavailable %d, maxStaging %d)", msg, st.Staging, st.Staged, st.Rebooting, p.b.MaxUnavailable, p.b.MaxStaging))
+			m := fmt.Sprintf("%s; %d staging, %d staged, %d rebooting (maxUnavailable %d, maxStaging %d)", msg, st.Staging, st.Staged, st.Rebooting, p.b.MaxUnavailable, p.b.MaxStaging)
+			if pm := p.pacingMessage(held); pm != "" {
+				m += "; " + pm
+			}
+			set(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut, m)
 		}
 	}
 	switch {
@@ -166,6 +171,7 @@ func (p *planner) status() {
 	}
 	p.platformCondition(set)
 	p.membershipCondition(prev.Conditions, set)
+	p.windowCondition(set)
 	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
 	p.out.Status = st
 }

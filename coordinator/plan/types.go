@@ -90,6 +90,9 @@ type Node struct {
 	// CordonedFor is the Node's lease.NodeAnnotationCordonedFor: the grant
 	// (lease.CordonMark) the coordinator cordoned it for, if any.
 	CordonedFor string
+	// Held: the Node carries fleetv1.AnnotationHold; HoldReason is its value.
+	Held       bool
+	HoldReason string
 }
 
 // SlotState is what a slot Lease reads as.
@@ -116,6 +119,14 @@ type Slot struct {
 	Holder string
 	// Problem says why a slot is malformed.
 	Problem string
+	// BackSince (held reboot slots): when the coordinator first found the
+	// holder back on the image, Ready, for minReadySeconds (annotation
+	// lease.AnnotationBackSince). Zero: not back, or not tracked.
+	BackSince time.Time
+	// ReleasedAt (free reboot slots): when the slot was last released with
+	// its node verified back (annotation lease.AnnotationReleasedAt), for
+	// pauseBetweenBatches.
+	ReleasedAt time.Time
 }
 
 // DrainState is where a node's drain is.
@@ -156,6 +167,9 @@ const (
 	OpRevoke Op = "Revoke"
 	// OpReset rewrites a malformed slot as free.
 	OpReset Op = "Reset"
+	// OpMarkBack records (BackSince set) or clears (zero) when the holder of
+	// a reboot slot in phase Reboot was first found back (minReadySeconds).
+	OpMarkBack Op = "MarkBack"
 )
 
 // SlotChange is one update of one slot Lease, applied to the Lease as read.
@@ -177,6 +191,8 @@ type SlotChange struct {
 	Failure string
 	// Uncordon: before the slot is cleared, uncordon Node (we cordoned it).
 	Uncordon bool
+	// BackSince is what OpMarkBack records (zero clears it).
+	BackSince time.Time
 	// Why is a short CamelCase cause, for logs and events.
 	Why string
 }
@@ -247,6 +263,8 @@ const (
 	EventStaged         = "Staged"
 	EventGrantRevoked   = "GrantRevoked"
 	EventGrantReleased  = "GrantReleased"
+	EventNodeBack       = "NodeBack"
+	EventNodeFellOver   = "NodeFellOver"
 	EventRebootTimeout  = "RebootTimeout"
 	EventImageChanged   = "ImageChanged"
 	EventResolveFailed  = "ResolveFailed"
@@ -275,6 +293,8 @@ const (
 	WhyAlreadyDone   = "AlreadyOnTarget"
 	WhyReleased      = "ReleasedByAgent"
 	WhyUnverified    = "StagedUnverified"
+	WhyBack          = "BackOnImage"
+	WhyFellOver      = "NotBackAnyMore"
 	WhyCordon        = "Cordon"
 	WhyEligible      = "Eligible"
 	WhyRebootTimeout = fleetv1.ReasonRebootTimeout
