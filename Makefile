@@ -9,6 +9,12 @@ K8S_VERSION ?= 1.37.2
 ENVTEST_ASSETS ?= $(HOME)/.cache/bootc-fleet/envtest/$(K8S_VERSION)
 CRD_DIR := packaging/crd
 GOTEST_FLAGS ?=
+# The version both binaries print and the images are tagged with.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+IMAGE_REPO ?= quay.io/bootc-fleet
+# Global options of buildah/podman; vfs works as root anywhere, also nested.
+BUILDER_OPTS ?= --storage-driver vfs
 # Assets are built once from the Go module proxy (~6 min cold) and reused.
 KUBEBUILDER_ASSETS = $(shell ENVTEST_KUBECTL=1 K8S_VERSION=$(K8S_VERSION) bash tests/envtest/install-envtest.sh $(ENVTEST_ASSETS))
 
@@ -20,7 +26,11 @@ help: ## Show this help.
 ##@ Build
 .PHONY: build
 build: ## Build bootc-fleet-agent and bootc-fleet-coordinator into bin/.
-	$(GO) build -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator
+
+.PHONY: image
+image: ## Build the coordinator and agent images (buildah or podman) as OCI archives in bin/images/, tagged $(VERSION).
+	BUILDER_OPTS="$(BUILDER_OPTS)" IMAGE_REPO="$(IMAGE_REPO)" bash packaging/build-images.sh --version "$(VERSION)" --out $(BIN)/images
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/.
