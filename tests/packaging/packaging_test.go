@@ -450,10 +450,31 @@ func TestReleasePins(t *testing.T) {
 		t.Errorf("packaging/kustomization.yaml does not pin newTag: %s:\n%s", v, k)
 	}
 	for _, p := range []string{"docs/image.md", "packaging/image/Containerfile"} {
-		for _, m := range regexp.MustCompile(`bootc-fleet-agent:(\S+?)[,\s]`).FindAllStringSubmatch(read(p), -1) {
+		for _, m := range regexp.MustCompile(`bootc-fleet-agent:([0-9A-Za-z_.-]*[0-9A-Za-z_])`).FindAllStringSubmatch(read(p), -1) {
 			if m[1] != v {
 				t.Errorf("%s names bootc-fleet-agent:%s, want the release %s", p, m[1], v)
 			}
 		}
+	}
+}
+
+// The README shows the same bootc Containerfile as docs/image.md, which
+// tests/image builds.
+func TestReadmeShowsTheTestedContainerfile(t *testing.T) {
+	block := regexp.MustCompile("(?s)```dockerfile\n(.*?)```")
+	var got []string
+	for _, p := range []string{"README.md", "docs/image.md"} {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := block.FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("%s has no ```dockerfile block", p)
+		}
+		got = append(got, string(m[1]))
+	}
+	if got[0] != got[1] {
+		t.Errorf("README.md's Containerfile:\n%s\ndiffers from docs/image.md's (the one tests/image builds):\n%s", got[0], got[1])
 	}
 }
