@@ -45,7 +45,7 @@ chart: ## Regenerate packaging/chart/templates/ from packaging/ (all but the tem
 ##@ Release
 .PHONY: release
 release: ## Build release VERSION=vX.Y.Z into bin/release/VERSION: binaries and images (linux/amd64, linux/arm64), manifests, chart, SHA256SUMS.
-	@[[ "$(origin VERSION)" == command line || "$(origin VERSION)" == environment ]] || { echo "make release needs VERSION=vX.Y.Z"; exit 2; }
+	@[[ "$(origin VERSION)" == "command line" || "$(origin VERSION)" == environment ]] || { echo "make release needs VERSION=vX.Y.Z"; exit 2; }
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "VERSION=$(VERSION) is not vX.Y.Z"; exit 2; }
 	@grep -q '^## $(VERSION)\b' CHANGELOG.md || { echo "CHANGELOG.md has no '## $(VERSION)' section"; exit 2; }
 	VERSION="$(VERSION)" KUBECTL="$(KUBEBUILDER_ASSETS)/kubectl" HELM="$$(bash packaging/install-helm.sh)" \
