@@ -9,6 +9,12 @@ K8S_VERSION ?= 1.37.2
 ENVTEST_ASSETS ?= $(HOME)/.cache/bootc-fleet/envtest/$(K8S_VERSION)
 CRD_DIR := packaging/crd
 GOTEST_FLAGS ?=
+# The version both binaries print and the images are tagged with.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+IMAGE_REPO ?= quay.io/bootc-fleet
+# Global options of buildah/podman; vfs works as root anywhere, also nested.
+BUILDER_OPTS ?= --storage-driver vfs
 # Assets are built once from the Go module proxy (~6 min cold) and reused.
 KUBEBUILDER_ASSETS = $(shell ENVTEST_KUBECTL=1 K8S_VERSION=$(K8S_VERSION) bash tests/envtest/install-envtest.sh $(ENVTEST_ASSETS))
 
@@ -20,12 +26,30 @@ help: ## Show this help.
 ##@ Build
 .PHONY: build
 build: ## Build bootc-fleet-agent and bootc-fleet-coordinator into bin/.
-	$(GO) build -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator
+
+.PHONY: image
+image: ## Build the coordinator and agent images (buildah or podman) as OCI archives in bin/images/, tagged $(VERSION).
+	BUILDER_OPTS="$(BUILDER_OPTS)" IMAGE_REPO="$(IMAGE_REPO)" bash packaging/build-images.sh --version "$(VERSION)" --out $(BIN)/images
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and CRD YAML from api/.
+generate: ## Regenerate deepcopy code and CRD YAML from api/, and the chart's static templates.
 	$(GO) tool controller-gen object paths=./api/...
 	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)
+	bash packaging/gen-chart.sh
+
+.PHONY: chart
+chart: ## Regenerate packaging/chart/templates/ from packaging/ (all but the templated Deployment).
+	bash packaging/gen-chart.sh
+
+##@ Release
+.PHONY: release
+release: ## Build release VERSION=vX.Y.Z into bin/release/VERSION: binaries and images (linux/amd64, linux/arm64), manifests, chart, SHA256SUMS.
+	@[[ "$(origin VERSION)" == "command line" || "$(origin VERSION)" == environment ]] || { echo "make release needs VERSION=vX.Y.Z"; exit 2; }
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "VERSION=$(VERSION) is not vX.Y.Z"; exit 2; }
+	@grep -q '^## $(VERSION)\b' CHANGELOG.md || { echo "CHANGELOG.md has no '## $(VERSION)' section"; exit 2; }
+	VERSION="$(VERSION)" KUBECTL="$(KUBEBUILDER_ASSETS)/kubectl" HELM="$$(bash packaging/install-helm.sh)" \
+	  BUILDER_OPTS="$(BUILDER_OPTS)" IMAGE_REPO="$(IMAGE_REPO)" bash packaging/release.sh $(BIN)/release/$(VERSION)
 
 ##@ Demo
 .PHONY: demo
@@ -38,11 +62,13 @@ verify: ## gofmt, go vet, and generated files up to date.
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	  cp -r api $(CRD_DIR) "$$tmp"/; \
+	  cp -r api $(CRD_DIR) packaging/chart/templates "$$tmp"/; \
 	  $(MAKE) --no-print-directory generate >/dev/null; \
-	  if ! git diff --quiet --no-index "$$tmp/api" api || ! git diff --quiet --no-index "$$tmp/crd" $(CRD_DIR); then \
+	  if ! git diff --quiet --no-index "$$tmp/api" api || ! git diff --quiet --no-index "$$tmp/crd" $(CRD_DIR) || \
+	     ! git diff --quiet --no-index "$$tmp/templates" packaging/chart/templates; then \
 	    git diff --no-index "$$tmp/api" api || true; git diff --no-index "$$tmp/crd" $(CRD_DIR) || true; \
-	    echo "generated files are out of date: run 'make generate' and commit"; exit 1; fi
+	    git diff --no-index "$$tmp/templates" packaging/chart/templates || true; \
+	    echo "generated files are out of date: run 'make generate' (or 'make chart') and commit"; exit 1; fi
 
 .PHONY: envtest
 envtest: ## Build (once) the kube-apiserver and etcd the tests run against.

@@ -171,8 +171,8 @@ func TestInstallScriptRejectsBadArguments(t *testing.T) {
 	}
 }
 
-// The Containerfile runs install.sh on what it copies, and copies only what
-// exists in the repository.
+// The Containerfile runs install.sh from the agent image on FROM ${BASE};
+// tests/image builds it.
 func TestContainerfileUsesInstallScript(t *testing.T) {
 	root := envtest.RepoRoot()
 	data, err := os.ReadFile(filepath.Join(root, "packaging/image/Containerfile"))
@@ -183,21 +183,7 @@ func TestContainerfileUsesInstallScript(t *testing.T) {
 	if !strings.Contains(cf, "ARG BASE") || !strings.Contains(cf, "FROM ${BASE}") {
 		t.Errorf("Containerfile does not build FROM the BASE build argument")
 	}
-	if !strings.Contains(cf, "install.sh") || !strings.Contains(cf, "CGO_ENABLED=0") {
-		t.Errorf("Containerfile does not build the agent statically and run install.sh")
-	}
-	for _, line := range strings.Split(cf, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || f[0] != "COPY" || strings.HasPrefix(f[1], "--from") {
-			continue
-		}
-		for _, src := range f[1 : len(f)-1] {
-			if src == "." {
-				continue
-			}
-			if _, err := os.Stat(filepath.Join(root, src)); err != nil {
-				t.Errorf("Containerfile copies %s, which the repository lacks: %v", src, err)
-			}
-		}
+	if !strings.Contains(cf, "--mount=type=bind,from=agent,target=/run/bootc-fleet /run/bootc-fleet/packaging/image/install.sh /") {
+		t.Errorf("Containerfile does not run install.sh from the agent image")
 	}
 }

@@ -19,6 +19,10 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
 )
 
+// version is set at build time with -ldflags "-X main.version=...", as the
+// agent's is: both print the same release version.
+var version = "dev"
+
 type stringList []string
 
 func (s *stringList) String() string { return strings.Join(*s, ",") }
@@ -31,6 +35,7 @@ func (s *stringList) Set(v string) error {
 }
 
 func main() {
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	var (
 		leaderElect     = flag.Bool("leader-elect", false, "elect one active replica through a Lease")
 		leaderNamespace = flag.String("leader-election-namespace", lease.Namespace, "namespace of the leader-election Lease")
@@ -53,6 +58,10 @@ func main() {
 	// --kubeconfig is registered by controller-runtime: the flag, then
 	// $KUBECONFIG, then the in-cluster config, then ~/.kube/config.
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("bootc-fleet-coordinator", version)
+		return
+	}
 
 	lvl, err := parseLevel(*logLevel)
 	if err != nil {
