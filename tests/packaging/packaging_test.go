@@ -399,7 +399,7 @@ func TestChartValues(t *testing.T) {
 	}
 	args := strings.Join(ctr.Args, " ")
 	for _, want := range []string{"--leader-elect", "--log-level=debug", "--insecure-registry=registry.lab:5000", "--insecure-registry=10.0.0.5",
-		"--registry-ca-file=/etc/bootc-fleet/registry-ca/ca.crt", "--registry-auth-file=/etc/bootc-fleet/registry-auth/auth.json", "--workers=8"} {
+		"--registry-ca-file=/etc/bootc-fleet/registry-ca/ca.crt", "--registry-auth-file=/etc/bootc-fleet/registry-auth/.dockerconfigjson", "--workers=8"} {
 		if !strings.Contains(" "+args+" ", " "+want+" ") {
 			t.Errorf("args %q lack %s", args, want)
 		}
@@ -420,6 +420,30 @@ func TestChartValues(t *testing.T) {
 	if mounts["registry-ca"] != "/etc/bootc-fleet/registry-ca" || mounts["registry-auth"] != "/etc/bootc-fleet/registry-auth" ||
 		vols["registry-ca"] != "configMap registry-ca" || vols["registry-auth"] != "secret registry-auth" {
 		t.Errorf("mounts %v volumes %v", mounts, vols)
+	}
+}
+
+// Every flag the chart can render is one the coordinator has.
+func TestChartFlagsExist(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bootc-fleet-coordinator")
+	build := exec.Command("go", "build", "-o", bin, "./coordinator/cmd/bootc-fleet-coordinator")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the coordinator: %v\n%s", err, out)
+	}
+	help, _ := exec.Command(bin, "--help").CombinedOutput() // flag's -help exits 0 or 2 by Go version
+	raw, err := os.ReadFile(filepath.Join(root, "packaging/chart/templates/coordinator/deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := regexp.MustCompile(`(?m)^\s*- (--[a-z-]+)`).FindAllStringSubmatch(string(raw), -1)
+	if len(flags) < 5 {
+		t.Fatalf("found only %d flags in the chart's Deployment", len(flags))
+	}
+	for _, f := range flags {
+		if !strings.Contains(string(help), "  -"+strings.TrimPrefix(f[1], "--")+" ") && !strings.Contains(string(help), "  -"+strings.TrimPrefix(f[1], "--")+"\n") {
+			t.Errorf("the chart renders %s, which bootc-fleet-coordinator --help does not list", f[1])
+		}
 	}
 }
 
