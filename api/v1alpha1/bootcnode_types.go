@@ -253,6 +253,8 @@ type BootcNodeStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Booted",type=string,JSONPath=`.status.booted.digest`
 // +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.spec.desiredImage`
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.metadata.annotations.fleet\.bootc\.dev/rollout-state`
+// +kubebuilder:printcolumn:name="Why",type=string,JSONPath=`.metadata.annotations.fleet\.bootc\.dev/rollout-reason`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BootcNode struct {
@@ -276,6 +278,52 @@ type BootcNodeList struct {
 
 func init() {
 	SchemeBuilder.Register(&BootcNode{}, &BootcNodeList{})
+}
+
+// The coordinator's view of a node in its pool's rollout, on the BootcNode
+// (the status is the agent's; docs/design.md, amendment 15). Both change
+// only when the node's state or the cause of its wait changes, never with a
+// clock or a queue position, so they cost a write per step, not per pass.
+const (
+	// AnnotationRolloutState is one word: RolloutState*.
+	AnnotationRolloutState = "fleet.bootc.dev/rollout-state"
+	// AnnotationRolloutReason says, in words a person acts on, why the
+	// node is where it is (what it waits for, what blocks it).
+	AnnotationRolloutReason = "fleet.bootc.dev/rollout-reason"
+)
+
+// Values of AnnotationRolloutState.
+const (
+	RolloutUpdated              = "Updated"
+	RolloutWaitingForStageSlot  = "WaitingForStageSlot"
+	RolloutStaging              = "Staging"
+	RolloutWaitingForRebootSlot = "WaitingForRebootSlot"
+	RolloutDraining             = "Draining"
+	RolloutRebooting            = "Rebooting"
+	RolloutVerifying            = "Verifying"
+	RolloutHeld                 = "Held"
+	RolloutBlocked              = "Blocked"
+	RolloutFailed               = "Failed"
+	RolloutDegraded             = "Degraded"
+	RolloutNoImage              = "NoImage"
+	RolloutUnknown              = "Unknown"
+)
+
+// MaxRolloutReason bounds AnnotationRolloutReason.
+const MaxRolloutReason = 512
+
+// SetRollout writes the coordinator's view (state "" removes both).
+func (bn *BootcNode) SetRollout(state, reason string) {
+	if state == "" {
+		delete(bn.Annotations, AnnotationRolloutState)
+		delete(bn.Annotations, AnnotationRolloutReason)
+		return
+	}
+	if bn.Annotations == nil {
+		bn.Annotations = map[string]string{}
+	}
+	bn.Annotations[AnnotationRolloutState] = state
+	bn.Annotations[AnnotationRolloutReason] = reason
 }
 
 // SetNoPlatformImage writes (or, with v empty, removes) the coordinator's

@@ -162,6 +162,7 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 	for _, c := range out.CreateBootcNodes {
 		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
 		bn.SetNoPlatformImage(c.NoPlatformImage)
+		bn.SetRollout(c.RolloutState, c.RolloutReason)
 		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
 			return err
 		}
@@ -177,6 +178,7 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 		bn := w.bootcNodes[c.Name].DeepCopy()
 		bn.Spec = c.Spec
 		bn.SetNoPlatformImage(c.NoPlatformImage)
+		bn.SetRollout(c.RolloutState, c.RolloutReason)
 		if err := r.client.Update(ctx, bn); err != nil {
 			return fmt.Errorf("setting BootcNode %s spec: %w", c.Name, err)
 		}

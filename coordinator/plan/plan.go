@@ -763,10 +763,12 @@ func (p *planner) membership() {
 			continue // still another pool's; that pool removes it once the node left it
 		}
 		c := BootcNodeChange{Name: name, Spec: spec, NoPlatformImage: p.noPlatformImage(name, bn)}
+		c.RolloutState, c.RolloutReason = p.explain(name, holds)
 		switch {
 		case bn == nil:
 			p.out.CreateBootcNodes = append(p.out.CreateBootcNodes, c)
-		case bn.Spec != spec || bn.Annotations[fleetv1.AnnotationNoPlatformImage] != c.NoPlatformImage:
+		case bn.Spec != spec || bn.Annotations[fleetv1.AnnotationNoPlatformImage] != c.NoPlatformImage ||
+			bn.Annotations[fleetv1.AnnotationRolloutState] != c.RolloutState || bn.Annotations[fleetv1.AnnotationRolloutReason] != c.RolloutReason:
 			p.out.UpdateBootcNodes = append(p.out.UpdateBootcNodes, c)
 		}
 	}

@@ -218,6 +218,9 @@ type BootcNodeChange struct {
 	// NoPlatformImage is the annotation fleetv1.AnnotationNoPlatformImage
 	// to write; empty removes it.
 	NoPlatformImage string
+	// RolloutState and RolloutReason are the coordinator's view of the node
+	// (fleetv1.AnnotationRolloutState, AnnotationRolloutReason).
+	RolloutState, RolloutReason string
 }
 
 // Event is a Kubernetes Event to record on the pool, or on a BootcNode.

@@ -1,0 +1,118 @@
+package plan
+
+import (
+	"fmt"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// explain is the coordinator's view of node name once this plan's changes
+// are made: a state word and why, for the BootcNode's rollout annotations
+// (amendment 15). Nothing in it changes with the clock or a queue position,
+// so it is rewritten when the node moves or its cause changes, not on every
+// pass; `kubectl bootc-fleet explain` adds the live part (holders, how long,
+// place in the queue).
+func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason string) {
+	n := p.nodes[name]
+	st := p.fresh(n)
+	tgt, hasTarget := p.targetOf(name)
+	for _, s := range holds[name] {
+		if s.State != SlotHeld {
+			continue
+		}
+		g := s.Grant
+		switch {
+		case s.Kind == lease.KindStage:
+			return fleetv1.RolloutStaging, fmt.Sprintf("downloading and staging %s under stage slot %s", shortImage(g.Image.String()), s.Name)
+		case g.Failure != "":
+			return fleetv1.RolloutFailed, fmt.Sprintf("did not come back Ready on %s in a new boot within rebootTimeout (%s); reboot slot %s stays held until it does, or the Node is deleted",
+				shortImage(g.Image.String()), p.b.RebootTimeout, s.Name)
+		case g.Phase == lease.PhaseDraining:
+			// A retry keeps the last failure's words, so a drain that keeps
+			// failing reads the same on every attempt (and is not rewritten).
+			if d, ok := p.in.Drains[name]; ok && d.Grant == g.ID && d.Message != "" && d.State != DrainDone {
+				return fleetv1.RolloutDraining, truncate("drain blocked, retrying: "+d.Message, fleetv1.MaxRolloutReason)
+			}
+			return fleetv1.RolloutDraining, fmt.Sprintf("cordoned and draining for reboot slot %s", s.Name)
+		case !s.BackSince.IsZero():
+			return fleetv1.RolloutVerifying, fmt.Sprintf("back on %s; the slot is released once it has stayed Ready for %s (minReadySeconds)", shortImage(g.Image.String()), p.minReady())
+		default:
+			return fleetv1.RolloutRebooting, fmt.Sprintf("rebooting into %s under reboot slot %s", shortImage(g.Image.String()), s.Name)
+		}
+	}
+	switch {
+	case n.Held:
+		why := "held out of the rollout by the Node annotation " + fleetv1.AnnotationHold
+		if n.HoldReason != "" {
+			why += " (" + truncate(n.HoldReason, 100) + ")"
+		}
+		return fleetv1.RolloutHeld, why + "; remove it to let the node update"
+	case p.noImage[name] != nil:
+		return fleetv1.RolloutNoImage, truncate(p.noImage[name].Reason+": "+p.noImage[name].Message, fleetv1.MaxRolloutReason)
+	case p.target.Digest == "":
+		return fleetv1.RolloutBlocked, "the pool's image has not resolved to a digest yet"
+	case st != nil && hasTarget && onDigest(st.Booted, tgt.Digest):
+		return fleetv1.RolloutUpdated, "runs " + shortImage(tgt.String())
+	case p.in.ResolveError != "":
+		return fleetv1.RolloutBlocked, truncate("no new grants while spec.image does not resolve: "+p.in.ResolveError, fleetv1.MaxRolloutReason)
+	case p.signatureRejected(name):
+		return fleetv1.RolloutFailed, truncate("the host's signature policy rejected the image: "+st.Message, fleetv1.MaxRolloutReason)
+	case st == nil:
+		return fleetv1.RolloutUnknown, "no report from its agent in the node's current boot yet"
+	case st.Phase == fleetv1.PhaseDegraded:
+		return fleetv1.RolloutDegraded, truncate(fmt.Sprintf("its agent reports %s: %s", orUnknown(st.Reason), st.Message), fleetv1.MaxRolloutReason)
+	case !p.desiredIsTarget(name):
+		return fleetv1.RolloutUnknown, "its desired image is being set"
+	case p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly:
+		return p.waitingForReboot(n)
+	default:
+		return p.waitingForStage(st)
+	}
+}
+
+func (p *planner) waitingForReboot(n Node) (string, string) {
+	const s = fleetv1.RolloutWaitingForRebootSlot
+	switch {
+	case p.b.Paused:
+		return fleetv1.RolloutBlocked, "staged; the rollout is paused (spec.rollout.paused)"
+	case p.halted():
+		return fleetv1.RolloutBlocked, fmt.Sprintf("staged; the rollout is halted: %d failure(s) reached haltAfterFailures %d", p.failures(), p.b.HaltAfterFailures)
+	case p.win.err != nil || (p.win.configured && !p.win.open):
+		return fleetv1.RolloutBlocked, "staged; " + p.win.describe()
+	case !n.Ready:
+		return s, "staged; the node is NotReady, and is granted a reboot slot once it is Ready"
+	}
+	if pause := p.pauseBetweenBatches(); pause > 0 {
+		if held := p.countAfter(lease.KindReboot); held > 0 {
+			return s, fmt.Sprintf("staged; waiting for the current batch (%d node(s) rebooting) to finish, then %s (pauseBetweenBatches)", held, pause)
+		}
+		if last := p.lastRebootRelease(); !last.IsZero() && p.in.Now.Before(last.Add(pause)) {
+			return s, fmt.Sprintf("staged; pausing between batches until %s", last.Add(pause).UTC().Format("2006-01-02T15:04:05Z"))
+		}
+	}
+	return s, fmt.Sprintf("staged; waiting for a reboot slot: maxUnavailable %d, counting nodes rebooting and those NotReady or cordoned by others", p.b.MaxUnavailable)
+}
+
+func (p *planner) waitingForStage(st *fleetv1.BootcNodeStatus) (string, string) {
+	const s = fleetv1.RolloutWaitingForStageSlot
+	switch {
+	case p.b.Paused:
+		return fleetv1.RolloutBlocked, "the rollout is paused (spec.rollout.paused)"
+	case !p.stageGrantsAllowed():
+		return fleetv1.RolloutBlocked, p.win.describe() + " (stageOnlyInWindow)"
+	case st.Reason == fleetv1.ReasonStageFailed:
+		return s, truncate("its last stage failed; it waits behind the other nodes for a stage slot: "+st.Message, fleetv1.MaxRolloutReason)
+	}
+	return s, fmt.Sprintf("waiting for a stage slot: maxStaging %d", p.b.MaxStaging)
+}
+
+// shortImage keeps repository and a short digest: enough to tell images apart.
+func shortImage(ref string) string {
+	for i := len(ref) - 1; i >= 0; i-- {
+		if ref[i] == '@' {
+			return ref[:i+1] + shortDigest(ref[i+1:])
+		}
+	}
+	return ref
+}
