@@ -372,32 +372,6 @@ func (m *Machine) stageLocked(p imageref.Pinned, sig string, locked bool, fetche
 	m.pruneImagesLocked()
 }
 
-// RecordPulled notes that ref's image (manifest digest) is now in the
-// ostree repository (pull mode).
-func (m *Machine) RecordPulled(ref, digest string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.s.Images == nil {
-		m.s.Images = map[string]string{}
-	}
-	m.s.Images[ref] = digest
-}
-
-// pruneImagesLocked drops the images no deployment uses, as bootc's
-// cleanup after a stage does (crates/lib/src/deploy.rs, cleanup:
-// ostree_container::deploy::prune).
-func (m *Machine) pruneImagesLocked() {
-	for ref := range m.s.Images {
-		used := false
-		for _, d := range []*Deployment{m.s.Booted, m.s.Staged, m.s.Rollback} {
-			used = used || d != nil && d.Image == ref
-		}
-		if !used {
-			delete(m.s.Images, ref)
-		}
-	}
-}
-
 // UpgradeDownloadOnly is `bootc upgrade --download-only` (bootc >= 1.12,
 // crates/lib/src/cli.rs, upgrade): pull the tracked image; if it is the
 // staged one, lock that; if it is the booted one, nothing; else stage it
