@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
@@ -179,4 +182,49 @@ func TestClaimsSignatureRejected(t *testing.T) {
 	if len(c) != 1 || c[0].Released != "" {
 		t.Fatalf("Claims = %+v, want the grant kept while retrying", c)
 	}
+}
+
+// TestDecideSignedImagesProperty checks amendment 14 on random observations
+// (genObservation plus signatures, requireSignedImages, a rejection and a
+// classified stage failure; rapid prints the failing seed and draws).
+func TestDecideSignedImagesProperty(t *testing.T) {
+	kinds := map[Kind]int{}
+	defer func() { t.Logf("actions drawn: %v", kinds) }()
+	sigs := []fleetv1.ImageSignature{fleetv1.SignatureContainerPolicy, fleetv1.SignatureInsecure, fleetv1.SignatureUnknown, fleetv1.SignatureOstreeRemote}
+	rapid.Check(t, func(t *rapid.T) {
+		o := genObservation(t)
+		for _, d := range []*Deployment{o.Status.Booted, o.Status.Staged} {
+			if d != nil {
+				d.Signature = rapid.SampledFrom(sigs).Draw(t, "signature")
+			}
+		}
+		o.RequireSigned = rapid.Bool().Draw(t, "requireSigned")
+		if rapid.IntRange(0, 3).Draw(t, "rejected") == 0 {
+			o.Rejected = &Rejection{Image: rapid.SampledFrom([]imageref.Pinned{imgV1, imgV2, imgV3}).Draw(t, "rejected.image"),
+				Message: "A signature was required, but no signature exists"}
+		}
+		if f := o.LastStageFailure; f != nil && rapid.Bool().Draw(t, "sf.unauthorized") {
+			f.Class = fleetv1.ReasonRegistryUnauthorized
+		}
+		a := Decide(o)
+		kinds[a.Kind]++
+		if a.Kind == Stage && a.Enforce != o.RequireSigned {
+			t.Fatalf("stage with enforcement %v under requireSignedImages %v", a.Enforce, o.RequireSigned)
+		}
+		if a.Kind == ApplyAndReboot && o.RequireSigned && o.Status.Staged.Signature != fleetv1.SignatureContainerPolicy {
+			t.Fatalf("reboot into a staged deployment with signature %q under requireSignedImages", o.Status.Staged.Signature)
+		}
+		if r := o.Rejected; a.Kind == Stage && r != nil && r.Image == a.Image {
+			t.Fatalf("stage of %s, which the signature policy rejected", a.Image)
+		}
+		if f := o.LastStageFailure; a.Reason == fleetv1.ReasonStageFailed && f != nil && f.Class != "" && f.Image == o.Desired.Image &&
+			!strings.HasPrefix(a.Message, f.Class+": ") {
+			t.Fatalf("StageFailed of class %s with message %q", f.Class, a.Message)
+		}
+		for _, c := range Claims(o, a) {
+			if c.Released == fleetv1.ReasonSignatureRejected && (o.Rejected == nil || o.Rejected.Image != o.Desired.Image) {
+				t.Fatalf("grant %s released as SignatureRejected without a rejection of the desired image", c.ID)
+			}
+		}
+	})
 }
