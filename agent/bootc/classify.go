@@ -85,11 +85,16 @@ func Classify(stderr string) error {
 	return nil
 }
 
+// sgrRE matches ANSI color sequences. bootc colors "error: " red through
+// anstream, which strips colors when stderr is not a terminal
+// (crates/utils/src/lib.rs, run_main); CLICOLOR_FORCE would keep them.
+var sgrRE = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
 // ErrorLine is bootc's error message: the last line of stderr that starts
 // with "error: " (bootc-utils run_main prints "error: {:#}"), without that
 // prefix; "" if there is none.
 func ErrorLine(stderr string) string {
-	lines := strings.Split(stderr, "\n")
+	lines := strings.Split(sgrRE.ReplaceAllString(stderr, ""), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "error: "); ok {
 			return strings.TrimSpace(rest)

@@ -34,6 +34,7 @@ func TestClassify(t *testing.T) {
 		{"gpg key", pre + "signature by key 0123ABCD is not accepted\n", ErrSignatureRejected},
 		{"gpg invalid", pre + "Invalid GPG signature: &{...}\n", ErrSignatureRejected},
 		{"copy path", "error: Pulling: Source image rejected: A signature was required, but no signature exists\n", ErrSignatureRejected},
+		{"colored", "\x1b[31merror: \x1b[0mSwitching: Switching (ostree): Preparing import: Fetching manifest: failed to invoke method OpenImage: A signature was required, but no signature exists\n", ErrSignatureRejected},
 		{"progress first", "Fetching manifest...\nlayers: 3\n" + pre + "A signature was required, but no signature exists\n", ErrSignatureRejected},
 		{"401", pre + "reading manifest sha256:16dc in quay.io/example/os: authentication required\n", ErrRegistryUnauthorized},
 		{"401 message", pre + "reading manifest sha256:16dc in quay.io/example/os: unauthorized: access to the requested resource is not authorized\n", ErrRegistryUnauthorized},
