@@ -29,8 +29,9 @@ type Bootc interface {
 	// Probe learns what the installed bootc supports.
 	Probe(ctx context.Context) (bootc.Capabilities, error)
 	// Stage stages exactly img, locked (download-only), with a sequence
-	// caps allow; cancelling ctx stops it.
-	Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities) error
+	// caps allow (with bootc's signature enforcement when opts say so);
+	// cancelling ctx stops it.
+	Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities, opts bootc.StageOptions) error
 	// ApplyStaged unlocks the staged deployment (upgrade --from-downloaded)
 	// and, with a soft-reboot mode, prepares a soft reboot into it
 	// (--soft-reboot=auto) when bootc says it is capable.

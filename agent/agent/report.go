@@ -222,6 +222,7 @@ func deployment(e *bootc.Entry) *fleetv1.Deployment {
 		// Bounded as the CRD bounds them: bootc's output is outside input.
 		Image: truncate(e.Image, 1024), Digest: e.Digest, Version: truncate(e.Version, 256),
 		DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
+		Signature: fleetv1.ImageSignature(e.Signature),
 	}
 	if e.Timestamp != nil {
 		t := metav1.NewTime(*e.Timestamp)

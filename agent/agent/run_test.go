@@ -56,11 +56,11 @@ func newMemBootc(m *testbootc.Machine) *memBootc {
 // hold makes every pull wait until it is cancelled.
 func (b *memBootc) hold(on bool) { b.m.Configure(func(k *testbootc.Knobs) { k.SwitchHang = on }) }
 
-func (b *memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities) error {
+func (b *memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities, opts bootc.StageOptions) error {
 	b.mu.Lock()
 	b.stages = append(b.stages, img.String())
 	b.mu.Unlock()
-	err := b.CLI.Stage(ctx, img, caps)
+	err := b.CLI.Stage(ctx, img, caps, opts)
 	if ctx.Err() != nil {
 		b.mu.Lock()
 		b.canceled++

@@ -66,6 +66,9 @@ type runner struct {
 	stageFail  *decide.StageFailure
 	stageDelay time.Duration
 	verdict    *decide.Verdict
+	// rejected is the last stage the signature policy refused; it holds
+	// until the desired image changes (or the agent restarts).
+	rejected *decide.Rejection
 
 	// settleKey/settleDeadline: when the record from another boot was first
 	// seen in this boot.
@@ -340,7 +343,12 @@ func (r *runner) observe(ctx context.Context) (decide.Observation, bootc.Status,
 		if n.Spec.RebootPolicy != "" {
 			o.Policy = n.Spec.RebootPolicy
 		}
+		o.RequireSigned = n.Spec.RequireSignedImages
 	}
+	if rj := r.rejected; rj != nil && (!o.Desired.Set || o.Desired.Invalid != "" || o.Desired.Image != rj.Image) {
+		r.rejected = nil
+	}
+	o.Rejected = r.rejected
 	before, supported, err := r.identity(ctx)
 	if err != nil {
 		o.Status.Unavailable = "reading the boot identity: " + err.Error()
@@ -461,7 +469,8 @@ func statusOf(st bootc.Status, in decide.BootIdentity) decide.Status {
 			return nil
 		}
 		p, _ := e.Pinned() // an entry without a registry digest matches no image
-		return &decide.Deployment{Image: p, DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable}
+		return &decide.Deployment{Image: p, DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
+			Signature: fleetv1.ImageSignature(e.Signature)}
 	}
 	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged)}
 }

@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
 // startStage confirms the stage grant with a consistent read and starts the
@@ -22,7 +25,8 @@ func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.
 	sctx, cancel := context.WithCancel(ctx)
 	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1)}
 	r.stage = s
-	go func() { s.done <- r.deps.Bootc.Stage(sctx, a.Image, caps) }()
+	opts := bootc.StageOptions{EnforceSignatures: a.Enforce}
+	go func() { s.done <- r.deps.Bootc.Stage(sctx, a.Image, caps, opts) }()
 	return true
 }
 
@@ -34,6 +38,14 @@ func (r *runner) stageFinished(err error) {
 		return
 	}
 	s.cancel()
+	if err != nil && errors.Is(err, bootc.ErrSignatureRejected) {
+		// Deterministic: no retry for this image (decide.Rejection).
+		r.rejected = &decide.Rejection{Image: s.image, Message: bootc.FailureMessage(err)}
+		r.stageFail, r.stageDelay = nil, 0
+		r.log.Error("the host's container signature policy rejected the image; not trying it again until the desired image changes",
+			"image", s.image.String(), "grant", s.grant.String(), "err", err)
+		return
+	}
 	if err != nil {
 		attempts := 1
 		if f := r.stageFail; f != nil && f.Grant == s.grant && f.Image == s.image {
@@ -47,6 +59,10 @@ func (r *runner) stageFinished(err error) {
 			r.stageDelay = 10 * time.Minute
 		}
 		r.stageFail = &decide.StageFailure{Image: s.image, Grant: s.grant, Attempts: attempts, Message: err.Error(), RetryAt: r.now().Add(r.stageDelay)}
+		if errors.Is(err, bootc.ErrRegistryUnauthorized) {
+			r.stageFail.Class = fleetv1.ReasonRegistryUnauthorized
+			r.stageFail.Message = bootc.FailureMessage(err)
+		}
 		r.log.Error("stage failed", "image", s.image.String(), "grant", s.grant.String(), "attempt", attempts,
 			"of", lease.MaxStageAttempts, "err", err, "retryIn", r.stageDelay)
 		return

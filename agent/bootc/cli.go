@@ -85,6 +85,9 @@ type CommandError struct {
 	Stderr   string   // last ~4 KiB of stderr
 	Kind     error    // ErrCanceled, ErrFailed or ErrStart
 	Cause    error
+	// Class is what bootc's error line says the failure was
+	// (ErrSignatureRejected, ErrRegistryUnauthorized; Classify), or nil.
+	Class error
 }
 
 func (e *CommandError) Error() string {
@@ -99,7 +102,12 @@ func (e *CommandError) Error() string {
 	return b.String()
 }
 
-func (e *CommandError) Unwrap() []error { return []error{e.Kind, e.Cause} }
+func (e *CommandError) Unwrap() []error {
+	if e.Class != nil {
+		return []error{e.Kind, e.Cause, e.Class}
+	}
+	return []error{e.Kind, e.Cause}
+}
 
 // Status runs `bootc status --format=json` and parses it.
 func (c *CLI) Status(ctx context.Context) (Status, error) {
@@ -188,7 +196,7 @@ func (c *CLI) run(ctx context.Context, args ...string) ([]byte, error) {
 		if errors.As(waitErr, &ee) {
 			code = ee.ExitCode()
 		}
-		return nil, &CommandError{Args: args, ExitCode: code, Stderr: stderr.String(), Kind: ErrFailed, Cause: waitErr}
+		return nil, &CommandError{Args: args, ExitCode: code, Stderr: stderr.String(), Kind: ErrFailed, Cause: waitErr, Class: Classify(stderr.String())}
 	}
 	if stdout.overflow {
 		return nil, &CommandError{Args: args, ExitCode: 0, Stderr: stderr.String(), Kind: ErrFailed,
@@ -208,7 +216,7 @@ func (c *CLI) runWith(ctx context.Context, args []string) ([]byte, error) {
 		return nil, &CommandError{Args: args, ExitCode: -1, Kind: ErrStart, Cause: err}
 	case code != 0:
 		return nil, &CommandError{Args: args, ExitCode: code, Stderr: stderr.String(), Kind: ErrFailed,
-			Cause: fmt.Errorf("exit status %d", code)}
+			Cause: fmt.Errorf("exit status %d", code), Class: Classify(stderr.String())}
 	case stdout.overflow:
 		return nil, &CommandError{Args: args, Stderr: stderr.String(), Kind: ErrFailed,
 			Cause: fmt.Errorf("stdout larger than %d bytes", maxStdout)}

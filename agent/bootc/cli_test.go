@@ -104,7 +104,7 @@ func TestCLIStageAndApply(t *testing.T) {
 			if caps != tc.wantCaps {
 				t.Fatalf("Probe = %+v, want %+v", caps, tc.wantCaps)
 			}
-			if err := cli.Stage(ctx, mustPinned(t, targetRef), caps); err != nil {
+			if err := cli.Stage(ctx, mustPinned(t, targetRef), caps, StageOptions{}); err != nil {
 				t.Fatalf("Stage: %v", err)
 			}
 			s, err := cli.Status(ctx)
@@ -144,7 +144,7 @@ func TestCLIStageRefusesBootcWithoutDownloadOnly(t *testing.T) {
 		t.Fatalf("Probe = %+v", caps)
 	}
 	before := len(invocations(t, d))
-	err := cli.Stage(context.Background(), mustPinned(t, targetRef), caps)
+	err := cli.Stage(context.Background(), mustPinned(t, targetRef), caps, StageOptions{})
 	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "bootc 1.11.0") {
 		t.Fatalf("Stage = %v, want ErrUnsupported naming bootc 1.11.0", err)
 	}
@@ -170,7 +170,7 @@ func TestCLIStageLocksAfterFailedLockStep(t *testing.T) {
 	d, cli := newHost(t, testbootc.Knobs{Generation: testbootc.Gen1_16})
 	caps := probe(t, cli)
 	ctx := context.Background()
-	if err := cli.Stage(ctx, mustPinned(t, targetRef), caps); err != nil {
+	if err := cli.Stage(ctx, mustPinned(t, targetRef), caps, StageOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Unlock it as a crashed sequence would leave it, then stage again:
@@ -178,7 +178,7 @@ func TestCLIStageLocksAfterFailedLockStep(t *testing.T) {
 	if err := cli.ApplyStaged(ctx, NoSoftReboot); err != nil {
 		t.Fatal(err)
 	}
-	if err := cli.Stage(ctx, mustPinned(t, targetRef), caps); err != nil {
+	if err := cli.Stage(ctx, mustPinned(t, targetRef), caps, StageOptions{}); err != nil {
 		t.Fatalf("Stage over the unlocked image: %v", err)
 	}
 	s, err := testbootcStatus(d)
@@ -209,7 +209,7 @@ func TestCLIApplyStagedSoftReboot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d, cli := newHost(t, testbootc.Knobs{SoftRebootCapable: tc.capable})
 			ctx := context.Background()
-			if err := cli.Stage(ctx, mustPinned(t, targetRef), probe(t, cli)); err != nil {
+			if err := cli.Stage(ctx, mustPinned(t, targetRef), probe(t, cli), StageOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			err := cli.ApplyStaged(ctx, tc.mode)
@@ -251,7 +251,7 @@ func TestCLISwitchRejectsUnvalidatedImage(t *testing.T) {
 	d, cli := newHost(t, testbootc.Knobs{})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := cli.Stage(context.Background(), tc.img, Capabilities{UpgradeDownloadOnly: true, SwitchDownloadOnly: true})
+			err := cli.Stage(context.Background(), tc.img, Capabilities{UpgradeDownloadOnly: true, SwitchDownloadOnly: true}, StageOptions{})
 			if !errors.Is(err, ErrInvalidImage) {
 				t.Fatalf("Stage(%q) = %v, want ErrInvalidImage", tc.img.String(), err)
 			}
@@ -278,7 +278,7 @@ func TestCLIFailureKeepsStderrTail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := tc.failure
 			_, cli := newHost(t, testbootc.Knobs{SwitchFailure: &f})
-			err := cli.Stage(context.Background(), mustPinned(t, targetRef), probe(t, cli))
+			err := cli.Stage(context.Background(), mustPinned(t, targetRef), probe(t, cli), StageOptions{})
 			if !errors.Is(err, ErrFailed) {
 				t.Fatalf("Stage = %v, want ErrFailed", err)
 			}
@@ -352,7 +352,7 @@ func TestCLICancelHangingSwitch(t *testing.T) {
 			defer cancel()
 			errc := make(chan error, 1)
 			caps := probe(t, cli)
-			go func() { errc <- cli.Stage(ctx, mustPinned(t, targetRef), caps) }()
+			go func() { errc <- cli.Stage(ctx, mustPinned(t, targetRef), caps, StageOptions{}) }()
 
 			pids := waitHangPIDs(t, d)
 			if len(pids) != 2 {

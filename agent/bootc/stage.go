@@ -97,6 +97,21 @@ func (c *CLI) flags(ctx context.Context, cmd string) (map[string]bool, error) {
 	return set, nil
 }
 
+// StageOptions shape one stage.
+type StageOptions struct {
+	// EnforceSignatures stages with `bootc switch
+	// --enforce-container-sigpolicy` (BootcNode spec.requireSignedImages;
+	// the flag exists in every bootc that can stage locked, crates/lib/src/cli.rs
+	// SwitchOpts), and the stage succeeds only when bootc reports the staged
+	// deployment's signature as ContainerPolicy. `upgrade --download-only`
+	// then pulls with the origin's signature source, so it is enforced too.
+	EnforceSignatures bool
+}
+
+// ErrNotVerified: a stage that had to be verified left a staged deployment
+// bootc does not report as verified by the container policy.
+var ErrNotVerified = errors.New("the staged deployment was not verified by the container signature policy")
+
 // relockTimeout bounds the lock step that follows a cancelled switch.
 const relockTimeout = 2 * time.Minute
 
@@ -105,7 +120,7 @@ const relockTimeout = 2 * time.Minute
 // only unlocked moment (MethodSwitchThenLock, between the switch and the
 // lock) is of img itself, and a cancelled or failed switch that got as far
 // as staging is locked before Stage returns.
-func (c *CLI) Stage(ctx context.Context, img imageref.Pinned, caps Capabilities) error {
+func (c *CLI) Stage(ctx context.Context, img imageref.Pinned, caps Capabilities, opts StageOptions) error {
 	// Re-validate: a Pinned built by hand skipped ParsePinned.
 	p, err := imageref.ParsePinned(img.String())
 	if err != nil || p != img {
@@ -115,8 +130,12 @@ func (c *CLI) Stage(ctx context.Context, img imageref.Pinned, caps Capabilities)
 	if err != nil {
 		return err
 	}
+	enforce := []string{}
+	if opts.EnforceSignatures {
+		enforce = []string{"--enforce-container-sigpolicy"}
+	}
 	if method == MethodSwitchDownloadOnly {
-		if _, err := c.run(ctx, "switch", "--download-only", p.String()); err != nil {
+		if _, err := c.run(ctx, append(append([]string{"switch", "--download-only"}, enforce...), p.String())...); err != nil {
 			return err
 		}
 		// "Image specification is unchanged." leaves an unlocked staged img
@@ -124,9 +143,9 @@ func (c *CLI) Stage(ctx context.Context, img imageref.Pinned, caps Capabilities)
 		if err := c.lockIfUnlocked(ctx, p); err != nil {
 			return err
 		}
-		return c.checkLocked(ctx, p)
+		return c.checkLocked(ctx, p, opts)
 	}
-	if _, err := c.run(ctx, "switch", p.String()); err != nil {
+	if _, err := c.run(ctx, append(append([]string{"switch"}, enforce...), p.String())...); err != nil {
 		// The switch may have staged before it ended: lock what it left.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relockTimeout)
 		defer cancel()
@@ -143,7 +162,7 @@ func (c *CLI) Stage(ctx context.Context, img imageref.Pinned, caps Capabilities)
 		}
 		return err
 	}
-	return c.checkLocked(ctx, p)
+	return c.checkLocked(ctx, p, opts)
 }
 
 // lockIfUnlocked locks the staged deployment when it is img and unlocked.
@@ -161,11 +180,12 @@ func (c *CLI) lockIfUnlocked(ctx context.Context, img imageref.Pinned) error {
 	if _, err := c.run(ctx, "upgrade", "--download-only"); err != nil {
 		return err
 	}
-	return c.checkLocked(ctx, img)
+	return c.checkLocked(ctx, img, StageOptions{})
 }
 
-// checkLocked reads status and checks the staged deployment is img, locked.
-func (c *CLI) checkLocked(ctx context.Context, img imageref.Pinned) error {
+// checkLocked reads status and checks the staged deployment is img, locked
+// (and verified, when opts say so).
+func (c *CLI) checkLocked(ctx context.Context, img imageref.Pinned, opts StageOptions) error {
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -176,6 +196,9 @@ func (c *CLI) checkLocked(ctx context.Context, img imageref.Pinned) error {
 	got, _ := st.Staged.Pinned()
 	if got != img || !st.Staged.DownloadOnly {
 		return fmt.Errorf("%w: staged is %q (download-only %v), want %q", ErrNotLocked, got.String(), st.Staged.DownloadOnly, img.String())
+	}
+	if opts.EnforceSignatures && st.Staged.Signature != SignatureContainerPolicy {
+		return fmt.Errorf("%w: bootc reports signature %q for staged %q", ErrNotVerified, string(st.Staged.Signature), img.String())
 	}
 	return nil
 }

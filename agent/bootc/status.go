@@ -44,7 +44,26 @@ type Entry struct {
 	// collection). Named apart from the Pinned method, which gives repo@digest.
 	PinnedDeployment bool
 	Incompatible     bool
+	// Signature is how bootc verified the image when it fetched it
+	// (image.image.signature); SignatureNone for an entry without image.
+	Signature Signature
 }
+
+// Signature is bootc's ImageSignature in the agent's words (the values of
+// fleetv1.ImageSignature).
+type Signature string
+
+// Values of Signature. bootc writes "containerPolicy", "insecure" or
+// {"ostreeRemote": "<remote>"} (crates/lib/src/spec.rs, ImageSignature,
+// camelCase), and nothing for an unverified fetch, which it maps to no
+// signature (crates/lib/src/status.rs, From<OstreeImageReference>:
+// ContainerPolicyAllowInsecure => None); older bootc wrote "insecure".
+const (
+	SignatureNone            Signature = ""
+	SignatureInsecure        Signature = "Insecure"
+	SignatureContainerPolicy Signature = "ContainerPolicy"
+	SignatureOstreeRemote    Signature = "OstreeRemote"
+)
 
 // Status is the part of `bootc status` the agent acts on.
 type Status struct {
@@ -162,9 +181,11 @@ func convert(name string, r *rawEntry) (*Entry, error) {
 	if is.Image.Transport == "" {
 		return nil, fmt.Errorf("%w: status.%s.image.image has no transport", ErrMalformed, name)
 	}
-	if err := checkSignature(is.Image.Signature); err != nil {
+	sig, err := parseSignature(is.Image.Signature)
+	if err != nil {
 		return nil, fmt.Errorf("%w: status.%s.image.image.signature: %w", ErrMalformed, name, err)
 	}
+	e.Signature = sig
 	if composefs(r) && isHex64(is.ImageDigest) {
 		// A composefs deployment made before bootc stored the manifest
 		// digest in its origin reports a bare hex sha256 it computed
@@ -207,16 +228,36 @@ func isHex64(s string) bool {
 	return true
 }
 
-// checkSignature accepts what bootc writes: absent, null, a string
-// ("insecure", "containerPolicy") or an object ({"ostreeRemote": "..."}).
-func checkSignature(raw json.RawMessage) error {
+// parseSignature reads what bootc writes: absent or null (an unverified
+// fetch), "insecure", "containerPolicy" or {"ostreeRemote": "<remote>"}.
+func parseSignature(raw json.RawMessage) (Signature, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil
+		return SignatureInsecure, nil
 	}
 	switch raw[0] {
-	case '"', '{':
-		return nil
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", err
+		}
+		switch s {
+		case "insecure":
+			return SignatureInsecure, nil
+		case "containerPolicy":
+			return SignatureContainerPolicy, nil
+		}
+		return "", fmt.Errorf("unknown signature %q, want insecure or containerPolicy", truncate(s, 40))
+	case '{':
+		var o map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return "", err
+		}
+		var remote string
+		if v, ok := o["ostreeRemote"]; len(o) == 1 && ok && json.Unmarshal(v, &remote) == nil && remote != "" {
+			return SignatureOstreeRemote, nil
+		}
+		return "", fmt.Errorf("want {\"ostreeRemote\": \"<remote>\"}, got %s", truncate(string(raw), 80))
 	}
-	return fmt.Errorf("want a string or an object, got %s", raw)
+	return "", fmt.Errorf("want a string or an object, got %s", truncate(string(raw), 40))
 }

@@ -46,6 +46,14 @@ type Deployment struct {
 	Image             imageref.Pinned
 	DownloadOnly      bool
 	SoftRebootCapable bool
+	// Signature is how bootc verified the image when it fetched it.
+	Signature fleetv1.ImageSignature
+}
+
+// verified: bootc enforced the host's container signature policy when it
+// fetched d (fleetv1.Deployment.Verified).
+func (d *Deployment) verified() bool {
+	return d != nil && d.Signature == fleetv1.SignatureContainerPolicy
 }
 
 // Is reports whether the deployment runs exactly img.
@@ -95,6 +103,18 @@ type StageFailure struct {
 	Attempts int
 	Message  string
 	RetryAt  time.Time
+	// Class is fleetv1.ReasonRegistryUnauthorized when the registry
+	// refused bootc's credentials, else "".
+	Class string
+}
+
+// Rejection is a stage bootc refused under the host's container signature
+// policy. A policy decision is deterministic, so the agent does not try
+// that image again while it runs (docs/design.md, amendment 14).
+type Rejection struct {
+	Image imageref.Pinned
+	// Message is bootc's error line.
+	Message string
 }
 
 // exhausted: the stage under grant id failed too often to try again.
@@ -163,6 +183,13 @@ type Observation struct {
 	LastStageFailure *StageFailure
 	// Verdict is a Degraded result kept for this boot, if any.
 	Verdict *Verdict
+
+	// RequireSigned is BootcNode spec.requireSignedImages: stage with
+	// bootc's signature enforcement, and count a staged deployment as
+	// staged only when bootc verified it that way.
+	RequireSigned bool
+	// Rejected is the last stage the signature policy refused, if any.
+	Rejected *Rejection
 }
 
 // Kind is the kind of action.
@@ -194,6 +221,7 @@ type Action struct {
 
 	Image       imageref.Pinned // Stage, ApplyAndReboot
 	Grant       lease.ID        // Stage, ApplyAndReboot: the grant it runs under
+	Enforce     bool            // Stage: with bootc's --enforce-container-sigpolicy
 	Soft        bool            // ApplyAndReboot
 	WriteRecord bool            // ApplyAndReboot: first use of the grant
 	MarkSpent   bool            // ClearRecord: the record's grant was used by a reboot
@@ -226,6 +254,9 @@ const (
 	ReasonRenewing        = "RenewingGrant"
 	ReasonProbingBootc    = "ProbingBootc"
 	ReasonLocking         = "LockingStagedImage"
+	// ReasonNotVerified: a reboot was recorded into a staged deployment
+	// that bootc did not verify, while signed images are required.
+	ReasonNotVerified = "StagedNotVerified"
 )
 
 // Decide returns the next action. It applies, in order: the freshness and
@@ -255,8 +286,15 @@ func Decide(o Observation) Action {
 	if v := o.Verdict; v != nil && v.Boot == o.Boot && v.Desired == o.Desired.Image {
 		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: v.Reason, Message: v.Message})
 	}
+	if r := o.Rejected; r != nil && r.Image == o.Desired.Image {
+		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonSignatureRejected,
+			Message: "the host's container signature policy rejected " + short(r.Image) + "; not trying it again until the desired image changes or the agent restarts: " + r.Message})
+	}
 	if o.Status.Staged.Is(o.Desired.Image) {
-		return staged(o) // rule 4
+		if !o.RequireSigned || o.Status.Staged.verified() {
+			return staged(o) // rule 4
+		}
+		return unverifiedStaged(o)
 	}
 	return stageOrWait(o) // rule 5
 }
@@ -300,6 +338,15 @@ func rebootPending(o Observation) Action {
 	if !o.Status.Staged.Is(r.Image) {
 		return Action{Kind: ClearRecord, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStagedDigestMismatch,
 			Message: "reboot into " + short(r.Image) + " recorded, but bootc has " + describe(o.Status.Staged) + " staged; dropped the record, not rebooting"}
+	}
+	if o.RequireSigned && !o.Status.Staged.verified() {
+		a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: ReasonNotVerified,
+			Message: "reboot into " + short(r.Image) + " recorded, but signed images are required and bootc did not verify the staged deployment (signature " + signatureName(o.Status.Staged) + "); dropped the record, not rebooting"}
+		if !o.Status.Staged.DownloadOnly {
+			a.Phase, a.Reason = fleetv1.PhaseDegraded, fleetv1.ReasonUnlockedWithoutGrant
+			a.Message += "; the staged deployment is unlocked, so any reboot will apply it"
+		}
+		return a
 	}
 	g, err := grantFor(o, r.Grant, lease.ActionReboot, r.Image)
 	switch {
@@ -379,7 +426,7 @@ func staged(o Observation) Action {
 		// A stage that ended between its switch and its lock (the agent
 		// stopped) left img unlocked: the stage grant lets it lock it.
 		if g, err := validGrant(o, lease.ActionStage, img); err == nil && o.Bootc.Known && o.Bootc.CanStage {
-			return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonLocking, Image: img, Grant: g.ID,
+			return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonLocking, Image: img, Grant: g.ID, Enforce: o.RequireSigned,
 				Message: "staged " + short(img) + " is unlocked; locking it under " + g.ID.String()}
 		}
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonUnlockedWithoutGrant,
@@ -426,7 +473,7 @@ func stageOrWait(o Observation) Action {
 			// Reported as StageFailed while waiting, so the coordinator puts
 			// this node behind the others in its queue.
 			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
-				Message: fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)}
+				Message: f.prefix() + fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)}
 		}
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingForGrant,
 			Message: "Waiting for a stage slot for " + short(img)}
@@ -439,15 +486,15 @@ func stageOrWait(o Observation) Action {
 	}
 	if f.exhausted(g.ID) {
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
-			Message: fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)}
+			Message: f.prefix() + fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)}
 	}
 	// A new grant starts with fresh attempts and no delay: other nodes had
 	// their turn in between.
 	if f != nil && f.Grant == g.ID && o.Now.Before(f.RetryAt) {
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
-			Message: fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}
+			Message: f.prefix() + fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}
 	}
-	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Image: img, Grant: g.ID, Message: "Staging " + short(img)}
+	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Image: img, Grant: g.ID, Enforce: o.RequireSigned, Message: "Staging " + short(img)}
 }
 
 func cancel(o Observation, why string) Action {

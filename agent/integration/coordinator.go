@@ -210,3 +210,20 @@ func Lists(id lease.ID, released string) func(fleetv1.BootcNodeStatus) bool {
 		return false
 	}
 }
+
+// SetRequireSignedImages sets node's spec.requireSignedImages, as the
+// coordinator copies it from the pool (amendment 14).
+func (k *Coordinator) SetRequireSignedImages(ctx context.Context, node string, on bool) error {
+	for range 10 {
+		bn := &fleetv1.BootcNode{}
+		if err := k.C.Get(ctx, client.ObjectKey{Name: node}, bn); err != nil {
+			return err
+		}
+		bn.Spec.RequireSignedImages = on
+		err := k.C.Update(ctx, bn)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("updating BootcNode %s: too many conflicts", node)
+}

@@ -323,7 +323,7 @@ func (b memBootc) Status(ctx context.Context) (bootc.Status, error) {
 
 func (b memBootc) Probe(ctx context.Context) (bootc.Capabilities, error) { return b.cli.Probe(ctx) }
 
-func (b memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities) error {
+func (b memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Capabilities, opts bootc.StageOptions) error {
 	b.n.log.Add(b.n.event(invariant.StageStart, img.String()))
 	b.n.setStaging(true)
 	defer func() {
@@ -333,7 +333,7 @@ func (b memBootc) Stage(ctx context.Context, img imageref.Pinned, caps bootc.Cap
 	// The pull takes StageTime, holding the sysroot lock as bootc does.
 	d := b.n.behave().StageTime
 	b.n.Machine.Configure(func(k *testbootc.Knobs) { k.SwitchDelay = testbootc.Duration(d) })
-	return b.cli.Stage(ctx, img, caps)
+	return b.cli.Stage(ctx, img, caps, opts)
 }
 
 func (b memBootc) ApplyStaged(ctx context.Context, mode bootc.SoftReboot) error {

@@ -258,8 +258,17 @@ func switchCmd(ctx context.Context, st Store, gen generationSpec, args []string,
 	if err != nil {
 		return result(stderr, err)
 	}
+	// The signature source is part of the spec (crates/lib/src/utils.rs,
+	// sigpolicy_from_opt).
+	sig := ""
+	if f.set["--enforce-container-sigpolicy"] {
+		sig = SigContainerPolicy
+	}
 	var unchanged bool
-	if err := st.Update(func(m *Machine) error { unchanged = m.Spec() == p.String(); return nil }); err != nil {
+	if err := st.Update(func(m *Machine) error {
+		unchanged = m.Spec() == p.String() && m.SpecSignature() == sig
+		return nil
+	}); err != nil {
 		return result(stderr, err)
 	}
 	if unchanged {
@@ -269,9 +278,13 @@ func switchCmd(ctx context.Context, st Store, gen generationSpec, args []string,
 	if code, done := pull(ctx, st, stderr); done {
 		return code
 	}
+	fetched, err := fetchIfPulling(ctx, st, pullTarget{ref: p, sig: sig})
+	if err != nil {
+		return result(stderr, fmt.Errorf("Switching: Switching (ostree): %w", err))
+	}
 	var changed bool
-	if err := st.Update(func(m *Machine) error { changed, err = m.SwitchTo(p.String(), locked); return err }); err != nil {
-		return result(stderr, fmt.Errorf("Switching (ostree): %w", err))
+	if err := st.Update(func(m *Machine) error { changed, err = m.SwitchFetched(p.String(), sig, locked, fetched); return err }); err != nil {
+		return result(stderr, fmt.Errorf("Switching: Switching (ostree): %w", err))
 	}
 	if !changed { // the spec changed under us: another switch won the lock first
 		fmt.Fprintln(stdout, MsgSpecUnchanged)
@@ -333,7 +346,13 @@ func upgrade(ctx context.Context, st Store, gen generationSpec, args []string, s
 		}
 	} else {
 		var fetch bool
-		if err := st.Update(func(m *Machine) error { fetch = m.needsFetch(); return nil }); err != nil {
+		var target pullTarget
+		if err := st.Update(func(m *Machine) error {
+			fetch = m.needsFetch()
+			target.ref, _ = ParseSwitchRef(m.Spec())
+			target.sig = m.SpecSignature()
+			return nil
+		}); err != nil {
 			return result(stderr, err)
 		}
 		if fetch {
@@ -341,7 +360,13 @@ func upgrade(ctx context.Context, st Store, gen generationSpec, args []string, s
 				return code
 			}
 		}
-		err = st.Update(func(m *Machine) error { line, err = m.UpgradeDownloadOnly(); return err })
+		var fetched string
+		if target.ref.Digest != "" {
+			if fetched, err = fetchIfPulling(ctx, st, target); err != nil {
+				return result(stderr, fmt.Errorf("Upgrading: %w", err))
+			}
+		}
+		err = st.Update(func(m *Machine) error { line, err = m.UpgradeFetched(fetched); return err })
 	}
 	if err != nil {
 		var fe *FailureError
@@ -354,6 +379,28 @@ func upgrade(ctx context.Context, st Store, gen generationSpec, args []string, s
 		fmt.Fprintln(stdout, line)
 	}
 	return exitOK
+}
+
+// fetchIfPulling runs the registry side of a pull in pull mode and returns
+// the manifest digest imported ("" when pull mode is off).
+func fetchIfPulling(ctx context.Context, st Store, t pullTarget) (string, error) {
+	k, err := knobsOf(st)
+	if err != nil || !k.Pull {
+		return "", err
+	}
+	root, err := rootOf(st, k)
+	if err != nil {
+		return "", err
+	}
+	var images map[string]string
+	if err := st.Update(func(m *Machine) error { images = m.State().Images; return nil }); err != nil {
+		return "", err
+	}
+	d, err := fetchImage(ctx, root, t, images)
+	if err != nil {
+		return "", err
+	}
+	return d, st.Update(func(m *Machine) error { m.RecordPulled(t.ref.String(), d); return nil })
 }
 
 // pull plays the image download: it waits SwitchDelay (or forever with

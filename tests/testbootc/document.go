@@ -30,6 +30,9 @@ type docSpec struct {
 type docImageRef struct {
 	Image     string `json:"image"`
 	Transport string `json:"transport"`
+	// Signature is absent for an unverified fetch (bootc's
+	// skip_serializing_if on Option<ImageSignature>, crates/lib/src/spec.rs).
+	Signature string `json:"signature,omitempty"`
 }
 
 type docStatus struct {
@@ -86,7 +89,7 @@ func render(s State) []byte {
 	// spec.image is what the next boot tracks: the staged image if any.
 	for _, d := range []*Deployment{s.Staged, s.Booted} {
 		if d != nil {
-			h.Spec.Image = &docImageRef{Image: d.Image, Transport: "registry"}
+			h.Spec.Image = &docImageRef{Image: d.Image, Transport: "registry", Signature: d.Signature}
 			break
 		}
 	}
@@ -106,7 +109,7 @@ func entry(d *Deployment) *docEntry {
 		return nil
 	}
 	is := &docImageStatus{
-		Image:        docImageRef{Image: d.Image, Transport: "registry"},
+		Image:        docImageRef{Image: d.Image, Transport: "registry", Signature: d.Signature},
 		ImageDigest:  d.Digest,
 		Architecture: runtime.GOARCH,
 	}

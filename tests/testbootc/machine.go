@@ -31,6 +31,9 @@ type Deployment struct {
 	Timestamp         *time.Time `json:"timestamp,omitempty"`
 	DownloadOnly      bool       `json:"downloadOnly,omitempty"`
 	SoftRebootCapable bool       `json:"softRebootCapable,omitempty"`
+	// Signature is the origin's signature source: SigContainerPolicy
+	// (switched with --enforce-container-sigpolicy) or "" (unverified).
+	Signature string `json:"signature,omitempty"`
 }
 
 // Failure makes a command fail like bootc does: exit code and stderr text.
@@ -65,6 +68,14 @@ type Knobs struct {
 	ManifestLists map[string]string `json:"manifestLists,omitempty"`
 	// APIVersion printed in documents (default org.containers.bootc/v1).
 	APIVersion string `json:"apiVersion,omitempty"`
+	// Pull: switch and upgrade --download-only fetch the manifest from the
+	// registry the reference names, with the host configuration under Root
+	// (auth.json, certs.d, policy.json, registries.d; pull.go). Off, they
+	// stage the digest as given (ManifestLists peels indexes).
+	Pull bool `json:"pull,omitempty"`
+	// Root is the host's root directory in pull mode (default: the state
+	// directory's "root").
+	Root string `json:"root,omitempty"`
 }
 
 // State is everything a Machine holds; it is what the executable persists.
@@ -84,6 +95,12 @@ type State struct {
 	// for (ostree's /run/nextroot), if any. It lives in /run: a reboot and
 	// the soft reboot that uses it clear it.
 	NextRoot string `json:"nextRoot,omitempty"`
+	// Images are the container images in the ostree repository in pull
+	// mode, by reference, with the manifest digest imported: a digest
+	// reference already there is not fetched again (ostree-ext
+	// container/store.rs, prepare_internal), and images no deployment
+	// uses are pruned after a stage (crates/lib/src/deploy.rs, cleanup).
+	Images map[string]string `json:"images,omitempty"`
 }
 
 // Stale is a frozen status document returned until Until (or, with a zero
@@ -255,6 +272,15 @@ func (m *Machine) Switch(ref string) error {
 // Otherwise the new staged deployment replaces any staged one (ostree
 // _ostree_sysroot_stage_deployment removes the previous staged deployment).
 func (m *Machine) SwitchTo(ref string, locked bool) (changed bool, err error) {
+	return m.SwitchFetched(ref, "", locked, "")
+}
+
+// SwitchFetched is SwitchTo with the origin's signature source sig
+// (SigContainerPolicy or "") and, in pull mode, the manifest digest the
+// pull imported (fetched; "" peels through ManifestLists). The spec
+// compared is the whole image reference, signature included
+// (crates/lib/src/cli.rs, switch_ostree: new_spec == host.spec).
+func (m *Machine) SwitchFetched(ref, sig string, locked bool, fetched string) (changed bool, err error) {
 	p, err := ParseSwitchRef(ref)
 	if err != nil {
 		return false, err
@@ -264,11 +290,27 @@ func (m *Machine) SwitchTo(ref string, locked bool) (changed bool, err error) {
 	if err := fire(&m.s.Knobs.SwitchFailure); err != nil {
 		return false, err
 	}
-	if m.specLocked() == p.String() {
+	if m.specLocked() == p.String() && m.specSigLocked() == sig {
 		return false, nil
 	}
-	m.stageLocked(p, locked)
+	m.stageLocked(p, sig, locked, fetched)
 	return true, nil
+}
+
+// SpecSignature is spec.image.signature: the tracked image's signature source.
+func (m *Machine) SpecSignature() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.specSigLocked()
+}
+
+func (m *Machine) specSigLocked() string {
+	for _, d := range []*Deployment{m.s.Staged, m.s.Booted} {
+		if d != nil {
+			return d.Signature
+		}
+	}
+	return ""
 }
 
 // Spec is spec.image of the status document: the image the host tracks.
@@ -309,10 +351,13 @@ func (m *Machine) specLocked() string {
 // host's platform manifest: bootc records the digest of the manifest it
 // imported as imageDigest and keeps the reference as given (bootc PR #1239;
 // ostree-ext container import).
-func (m *Machine) stageLocked(p imageref.Pinned, locked bool) {
+func (m *Machine) stageLocked(p imageref.Pinned, sig string, locked bool, fetched string) {
 	digest := p.Digest
 	if d, ok := m.s.Knobs.ManifestLists[p.Digest]; ok {
 		digest = d
+	}
+	if fetched != "" {
+		digest = fetched
 	}
 	ts := m.now().UTC().Truncate(time.Second)
 	m.s.Staged = &Deployment{
@@ -322,14 +367,20 @@ func (m *Machine) stageLocked(p imageref.Pinned, locked bool) {
 		Timestamp:         &ts,
 		DownloadOnly:      locked,
 		SoftRebootCapable: m.s.Knobs.SoftRebootCapable,
+		Signature:         sig,
 	}
+	m.pruneImagesLocked()
 }
 
 // UpgradeDownloadOnly is `bootc upgrade --download-only` (bootc >= 1.12,
 // crates/lib/src/cli.rs, upgrade): pull the tracked image; if it is the
 // staged one, lock that; if it is the booted one, nothing; else stage it
 // locked. It returns the line bootc prints.
-func (m *Machine) UpgradeDownloadOnly() (string, error) {
+func (m *Machine) UpgradeDownloadOnly() (string, error) { return m.UpgradeFetched("") }
+
+// UpgradeFetched is UpgradeDownloadOnly where the pull imported the
+// manifest fetched (pull mode; "" peels through ManifestLists).
+func (m *Machine) UpgradeFetched(fetchedDigest string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := fire(&m.s.Knobs.SwitchFailure); err != nil {
@@ -347,6 +398,9 @@ func (m *Machine) UpgradeDownloadOnly() (string, error) {
 	if d, ok := m.s.Knobs.ManifestLists[p.Digest]; ok {
 		fetched = d
 	}
+	if fetchedDigest != "" {
+		fetched = fetchedDigest
+	}
 	switch st := m.s.Staged; {
 	case st != nil && st.Digest == fetched:
 		if st.DownloadOnly {
@@ -357,7 +411,7 @@ func (m *Machine) UpgradeDownloadOnly() (string, error) {
 	case m.s.Booted != nil && m.s.Booted.Digest == fetched:
 		return MsgNoUpdate, nil
 	}
-	m.stageLocked(p, true)
+	m.stageLocked(p, m.specSigLocked(), true, fetched)
 	return "", nil
 }
 
