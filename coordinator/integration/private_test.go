@@ -16,7 +16,8 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/bootc-fleet/bootc-fleet/tests/registry"
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/tests/testregistry"
 )
 
 // A private registry (TLS from a test CA, basic auth): the coordinator, as
@@ -27,9 +28,17 @@ import (
 // pools with credentials from a mounted file instead.
 func TestPrivateRegistry(t *testing.T) {
 	ctx := context.Background()
-	reg := registry.NewPrivate(t)
-	img, _ := reg.Push(t, "fleet/private:1")
-	caFile := reg.WriteCA(t, t.TempDir(), "ca.pem")
+	reg := testregistry.Start(t)
+	const user, password = "fleet", "fleet-secret"
+	reg.AddUser(user, password, true)
+	img, err := imageref.ParsePinned(reg.PushTagged(t, "fleet/private", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, reg.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	root := envtest.RepoRoot()
 	if err := envtest.Apply(ctx, env.Client, filepath.Join(root, "packaging/rbac/coordinator.yaml")); err != nil {
@@ -51,9 +60,9 @@ func TestPrivateRegistry(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), s) })
 	}
-	secret("pull-good", corev1.SecretTypeDockerConfigJson, reg.DockerConfig(reg.User, reg.Password))
-	secret("pull-wrong", corev1.SecretTypeDockerConfigJson, reg.DockerConfig(reg.User, "not-"+reg.Password))
-	secret("pull-opaque", corev1.SecretTypeOpaque, []byte(reg.Password))
+	secret("pull-good", corev1.SecretTypeDockerConfigJson, reg.DockerConfig(user, password))
+	secret("pull-wrong", corev1.SecretTypeDockerConfigJson, reg.DockerConfig(user, "not-"+password))
+	secret("pull-opaque", corev1.SecretTypeOpaque, []byte(password))
 	// The coordinator can read its namespace's Secrets by name, and nothing
 	// else: not list them, not read another namespace's.
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -114,7 +123,7 @@ func TestPrivateRegistry(t *testing.T) {
 		if err := env.Client.Get(ctx, clientKey(lease.Namespace, "pull-wrong"), &s); err != nil {
 			t.Fatal(err)
 		}
-		s.Data[corev1.DockerConfigJsonKey] = reg.DockerConfig(reg.User, reg.Password)
+		s.Data[corev1.DockerConfigJsonKey] = reg.DockerConfig(user, password)
 		if err := env.Client.Update(ctx, &s); err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +132,7 @@ func TestPrivateRegistry(t *testing.T) {
 
 	t.Run("auth file", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "config.json")
-		if err := os.WriteFile(file, reg.DockerConfig(reg.User, reg.Password), 0o600); err != nil {
+		if err := os.WriteFile(file, reg.DockerConfig(user, password), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := controller.CheckRegistryAuthFile(file); err != nil {
@@ -139,7 +148,7 @@ func TestPrivateRegistry(t *testing.T) {
 		mkPool("privf-none", "")
 		mkPool("privf-wrong", "pull-wrong-again")
 		mkPool("privf-missing", "pull-absent")
-		secret("pull-wrong-again", corev1.SecretTypeDockerConfigJson, reg.DockerConfig(reg.User, "not-"+reg.Password))
+		secret("pull-wrong-again", corev1.SecretTypeDockerConfigJson, reg.DockerConfig(user, "not-"+password))
 		check(t, "privf-none", "")
 		check(t, "privf-wrong", "RegistryUnauthorized: ")
 		check(t, "privf-missing", controller.ReasonImagePullSecretInvalid)

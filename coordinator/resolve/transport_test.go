@@ -6,26 +6,26 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bootc-fleet/bootc-fleet/tests/registry"
+	"github.com/bootc-fleet/bootc-fleet/tests/testregistry"
 )
 
 func TestTransportWithCAFile(t *testing.T) {
-	reg := registry.NewPrivate(t)
+	reg := testregistry.Start(t)
 	dir := t.TempDir()
-	good := reg.WriteCA(t, dir, "ca.pem")
-	tr, err := TransportWithCAFile(good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr.TLSClientConfig == nil || tr.TLSClientConfig.RootCAs == nil {
-		t.Fatal("no root CAs set")
-	}
 	write := func(name, body string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
+	}
+	good := write("ca.pem", string(reg.CAPEM))
+	tr, err := TransportWithCAFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.TLSClientConfig == nil || tr.TLSClientConfig.RootCAs == nil {
+		t.Fatal("no root CAs set")
 	}
 	for file, want := range map[string]string{
 		filepath.Join(dir, "absent.pem"): "no such file",

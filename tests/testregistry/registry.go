@@ -171,6 +171,38 @@ func (r *Registry) push(tb testing.TB, repo string, img v1.Image) string {
 	return ref.String()
 }
 
+// PushTagged pushes a random image to repo:tag and returns repo@digest.
+func (r *Registry) PushTagged(tb testing.TB, repo, tag string) string {
+	tb.Helper()
+	img, err := random.Image(512, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t, err := name.NewTag(r.Repo(repo) + ":" + tag)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := remote.Write(t, img, r.opts()...); err != nil {
+		tb.Fatalf("pushing %s: %v", t, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r.Repo(repo) + "@" + d.String()
+}
+
+// DockerConfig is a docker config.json / containers-auth.json(5) document
+// giving user:pass for r's host.
+func (r *Registry) DockerConfig(user, pass string) []byte {
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+	data, err := json.Marshal(map[string]any{"auths": map[string]any{r.Host: map[string]string{"auth": auth}}})
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
 // PushIndex pushes an OCI index of random images, one for this host's
 // platform (linux/GOARCH) and one for another architecture, and returns
 // the index reference and this platform's image reference.
@@ -280,9 +312,7 @@ func (r *Registry) Sign(tb testing.TB, ref, identity string, k *Key) {
 // "etc/ostree/auth.json") with user:pass for r's host.
 func (r *Registry) WriteAuth(tb testing.TB, root, rel, user, pass string) {
 	tb.Helper()
-	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
-	data, _ := json.Marshal(map[string]any{"auths": map[string]any{r.Host: map[string]string{"auth": auth}}})
-	WriteFile(tb, root, rel, data)
+	WriteFile(tb, root, rel, r.DockerConfig(user, pass))
 }
 
 // WriteCA puts the test CA in root/etc/containers/certs.d/<host>/ca.crt.
