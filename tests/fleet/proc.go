@@ -110,6 +110,27 @@ type ProcOptions struct {
 	RebootPolicy fleetv1.RebootPolicy
 	// SoftRebootCapable: what the nodes stage is soft-reboot capable.
 	SoftRebootCapable bool
+	// Private, when set, replaces the plain-HTTP registry: images are
+	// pushed with PrivatePush, every node's test bootc pulls for real from
+	// it (Knobs.Pull) with the host files NodeRoot writes under its root,
+	// and the coordinator trusts its CA (--registry-ca-file).
+	Private *PrivateRegistry
+}
+
+// PrivateRegistry is a TLS registry with authentication for a process fleet.
+type PrivateRegistry struct {
+	Host  string // host:port
+	CAPEM []byte
+	// Push pushes a new image at os:<tag> and returns it as repo@sha256.
+	Push func(tag string) (string, error)
+	// NodeRoot writes a node's host files (auth.json, certs.d, policy.json)
+	// under root before its agent starts.
+	NodeRoot func(node, root string) error
+	// PullSecret names a Secret in bootc-fleet-system that CreatePool puts
+	// in spec.imagePullSecret ("" none).
+	PullSecret string
+	// RequireSignedImages is the pool's spec.requireSignedImages.
+	RequireSignedImages bool
 }
 
 // ProcFleet is a running fleet of process agents and a process coordinator.
@@ -173,9 +194,13 @@ func StartProcFleet(ctx context.Context, opts ProcOptions) (_ *ProcFleet, err er
 	if f.Kube, err = kubernetes.NewForConfig(opts.Env.Config); err != nil {
 		return nil, err
 	}
-	f.registry = httptest.NewServer(registry.New(registry.Logger(nopLogger())))
-	u, _ := url.Parse(f.registry.URL)
-	f.Registry = u.Host
+	if opts.Private != nil {
+		f.Registry = opts.Private.Host
+	} else {
+		f.registry = httptest.NewServer(registry.New(registry.Logger(nopLogger())))
+		u, _ := url.Parse(f.registry.URL)
+		f.Registry = u.Host
+	}
 	root := envtest.RepoRoot()
 	for _, p := range []string{"packaging/rbac/agent.yaml", "packaging/rbac/coordinator.yaml", "packaging/policy/agent-policy.yaml", "packaging/policy/coordinator-policy.yaml"} {
 		if err := envtest.Apply(ctx, opts.Env.Client, filepath.Join(root, p)); err != nil {
@@ -214,12 +239,21 @@ func (f *ProcFleet) startCoordinator(ctx context.Context) error {
 		return err
 	}
 	defer out.Close() // the child holds its own descriptor
-	p, err := startProc(f.opts.Bin.Coordinator, []string{
+	args := []string{
 		"--kubeconfig", kc,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--resolve-interval", "1s", "--requeue-interval", "1s", "--lease-duration", "15s",
-		"--insecure-registry", f.Registry,
-	}, minimalEnv(), out)
+	}
+	if pr := f.opts.Private; pr != nil {
+		ca := filepath.Join(f.Dir, "registry-ca.pem")
+		if err := os.WriteFile(ca, pr.CAPEM, 0o644); err != nil {
+			return err
+		}
+		args = append(args, "--registry-ca-file", ca)
+	} else {
+		args = append(args, "--insecure-registry", f.Registry)
+	}
+	p, err := startProc(f.opts.Bin.Coordinator, args, minimalEnv(), out)
 	if err != nil {
 		return err
 	}
@@ -238,6 +272,16 @@ func (f *ProcFleet) StopCoordinator() {
 
 // Push uploads a new random image under tag and returns its repo@sha256.
 func (f *ProcFleet) Push(tag string) (string, error) {
+	if f.opts.Private != nil {
+		pinned, err := f.opts.Private.Push(tag)
+		if err != nil {
+			return "", err
+		}
+		f.mu.Lock()
+		f.images[tag] = pinned
+		f.mu.Unlock()
+		return pinned, nil
+	}
 	img, err := random.Image(512, 1)
 	if err != nil {
 		return "", err
@@ -288,6 +332,9 @@ func (f *ProcFleet) CreatePool(ctx context.Context, tag string, maxUnavailable, 
 				RebootTimeout: &metav1.Duration{Duration: 2 * time.Minute}},
 			RebootPolicy: f.opts.RebootPolicy,
 		},
+	}
+	if pr := f.opts.Private; pr != nil {
+		p.Spec.ImagePullSecret, p.Spec.RequireSignedImages = pr.PullSecret, pr.RequireSignedImages
 	}
 	f.mu.Lock()
 	f.pool = invariant.Pool{MaxUnavailable: max(maxUnavailable, 1), MaxStaging: max(maxStaging, 1), HaltAfter: 1}

@@ -92,6 +92,12 @@ func (f *ProcFleet) addNode(ctx context.Context, nodeName, image string) (*ProcN
 	st := testbootc.State{Booted: &testbootc.Deployment{Image: p.String(), Digest: p.Digest}}
 	st.Knobs.SwitchDelay = testbootc.Duration(f.opts.StageTime)
 	st.Knobs.SoftRebootCapable = f.opts.SoftRebootCapable
+	if pr := f.opts.Private; pr != nil {
+		st.Knobs.Pull, st.Knobs.Root = true, filepath.Join(base, "root")
+		if err := pr.NodeRoot(nodeName, st.Knobs.Root); err != nil {
+			return nil, err
+		}
+	}
 	if n.Bootc, err = testbootc.Init(filepath.Join(base, "bootc"), st); err != nil {
 		return nil, err
 	}
