@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,6 +70,9 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		return applied, err
 	}
 
+	// Events once the slots and BootcNodes they describe are written; a
+	// status update that fails next does not take them back.
+	r.recordEvents(pool, w, out)
 	if !equality.Semantic.DeepEqual(pool.Status, out.Status) {
 		p := pool.DeepCopy()
 		p.Status = out.Status
@@ -75,16 +80,32 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 			return applied, fmt.Errorf("updating pool status: %w", err)
 		}
 	}
-	// Events only once everything they describe was written.
+	r.observeMetrics(pool.Name, w, in, out)
+	return applied, nil
+}
+
+// recordEvents records the plan's Events on the pool (or the BootcNode they
+// are about) and, for those about a node, on the Node too. The pool's Event
+// names the node as its related object: events.k8s.io/v1 folds Events with
+// the same reason, regarding and related object into one series that keeps
+// the first note, so without it the grant of the second node would only
+// raise the count on the first node's Event.
+func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, out plan.Output) {
 	for _, e := range out.Events {
 		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
 			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 			continue
 		}
-		r.recorder.Eventf(pool, nil, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		uid, ok := w.nodeUIDs[e.Node]
+		if e.Node == "" || !ok {
+			r.recorder.Eventf(pool, nil, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			continue
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.Node, UID: uid}}
+		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 	}
-	r.observeMetrics(pool.Name, w, in, out)
-	return applied, nil
 }
 
 func (r *poolReconciler) applyChange(ctx context.Context, log logr.Logger, pool string, w *observed, c plan.SlotChange, now time.Time) error {
@@ -175,11 +196,16 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 		}
 	}
 	for _, c := range out.UpdateBootcNodes {
-		bn := w.bootcNodes[c.Name].DeepCopy()
+		read := w.bootcNodes[c.Name]
+		bn := read.DeepCopy()
 		bn.Spec = c.Spec
 		bn.SetNoPlatformImage(c.NoPlatformImage)
 		bn.SetRollout(c.RolloutState, c.RolloutReason)
-		if err := r.client.Update(ctx, bn); err != nil {
+		// A merge patch of what the coordinator owns (spec and its
+		// annotations), not an Update: the agent writes the status all the
+		// time, and a resourceVersion precondition would make nearly every
+		// such write conflict with it for nothing.
+		if err := r.client.Patch(ctx, bn, client.MergeFrom(read)); err != nil {
 			return fmt.Errorf("setting BootcNode %s spec: %w", c.Name, err)
 		}
 		w.bootcNodes[c.Name] = bn

@@ -207,6 +207,7 @@ type observed struct {
 	input      plan.Input
 	leases     map[string]*coordinationv1.Lease // slot Leases by name, as read
 	bootcNodes map[string]*fleetv1.BootcNode
+	nodeUIDs   map[string]types.UID // the Nodes Events are recorded on
 }
 
 func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePool) (*observed, error) {
@@ -242,7 +243,7 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 		return nil, fmt.Errorf("listing BootcNodes: %w", err)
 	}
 
-	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}}
+	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}, nodeUIDs: map[string]types.UID{}}
 	w.input.Pool = pool
 	wanted := map[string]bool{} // nodes the pool refers to
 	for i := range leases.Items {
@@ -274,6 +275,7 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 			OS: n.Status.NodeInfo.OperatingSystem, Arch: n.Status.NodeInfo.Architecture,
 			CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
 		pn.HoldReason, pn.Held = n.Annotations[fleetv1.AnnotationHold]
+		w.nodeUIDs[n.Name] = n.UID
 		if in {
 			for name, s := range others {
 				if s.Matches(labels.Set(n.Labels)) {

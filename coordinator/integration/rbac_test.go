@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +25,7 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/drain"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/go-logr/logr"
 )
@@ -91,6 +93,22 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 	f.allOn(t, v1, 180*time.Second)
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)
+	// Each Node tells its own story (kubectl describe node), written under
+	// the packaged RBAC.
+	for _, node := range []string{"rbac-n00", "rbac-n01", "rbac-n02"} {
+		eventually(t, 30*time.Second, "Events on Node "+node, func() (bool, string) {
+			got := nodeEvents(t, node)
+			var pe []string
+			var evs eventsv1.EventList
+			_ = env.Client.List(context.Background(), &evs)
+			for _, e := range evs.Items {
+				if e.Regarding.Name == "rbac" || e.Regarding.Name == node {
+					pe = append(pe, e.Regarding.Kind+"/"+e.Reason+":"+e.Note)
+				}
+			}
+			return got[plan.EventRebootGranted] > 0 && got[plan.EventDrained] > 0 && got[plan.EventNodeUpdated] > 0 && got[plan.EventStaged] > 0, fmt.Sprint(got, pe)
+		})
+	}
 	var left corev1.Pod
 	if err := env.Client.Get(ctx, clientKey("default", "app-0"), &left); !apierrors.IsNotFound(err) {
 		t.Fatalf("pod on the drained node still there: %v", err)
@@ -160,4 +178,20 @@ func TestCoordinatorNodeWritesAreCordonsOnly(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || got.Spec.Unschedulable || got.Annotations["someone/else"] != "x" || got.Labels["keep"] != "me" {
 		t.Fatalf("after the uncordon: %v, %+v", err, got.ObjectMeta)
 	}
+}
+
+// nodeEvents counts the Events about Node name by reason.
+func nodeEvents(t *testing.T, name string) map[string]int {
+	t.Helper()
+	var evs eventsv1.EventList
+	if err := env.Client.List(context.Background(), &evs); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range evs.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == name && e.Regarding.UID != "" {
+			out[e.Reason]++
+		}
+	}
+	return out
 }

@@ -84,13 +84,13 @@ func (p *planner) trackBack(s Slot, n Node, back bool) {
 	switch {
 	case back && s.BackSince.IsZero():
 		p.change(s, SlotChange{Op: OpMarkBack, BackSince: p.in.Now, Why: WhyBack})
-		p.event("Normal", EventNodeBack, "node %s is back on %s; releasing reboot slot %s once it has stayed Ready for %s (minReadySeconds)", n.Name, s.Grant.Image, s.Name, p.minReady())
+		p.nodeEvent(n.Name, "Normal", EventNodeBack, "node %s is back on %s; releasing reboot slot %s once it has stayed Ready for %s (minReadySeconds)", n.Name, s.Grant.Image, s.Name, p.minReady())
 		p.requeueAt(p.in.Now.Add(p.minReady()))
 	case back:
 		p.requeueAt(s.BackSince.Add(p.minReady()))
 	case !s.BackSince.IsZero():
 		p.change(s, SlotChange{Op: OpMarkBack, Why: WhyFellOver})
-		p.event("Warning", EventNodeFellOver, "node %s came back on %s but is not any more (Ready %v) before minReadySeconds (%s) passed; reboot slot %s stays held",
+		p.nodeEvent(n.Name, "Warning", EventNodeFellOver, "node %s came back on %s but is not any more (Ready %v) before minReadySeconds (%s) passed; reboot slot %s stays held",
 			n.Name, s.Grant.Image, n.Ready, p.minReady(), s.Name)
 	}
 }

@@ -272,6 +272,12 @@ func (p *planner) event(typ, reason, format string, args ...any) {
 	p.out.Events = append(p.out.Events, Event{Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
+// nodeEvent is an Event on the pool that is about node: the controller
+// records it on the Node too, so `kubectl describe node` tells the story.
+func (p *planner) nodeEvent(node, typ, reason, format string, args ...any) {
+	p.out.Events = append(p.out.Events, Event{Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...), Node: node})
+}
+
 func (p *planner) requeueAt(t time.Time) {
 	d := t.Sub(p.in.Now)
 	if d <= 0 {
@@ -321,13 +327,13 @@ func (p *planner) held(s Slot) {
 	case !exists:
 		stop()
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyNodeDeleted})
-		p.event("Normal", EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(reboot && g.Phase == lease.PhaseReboot, p.b.RebootTimeout))
+		p.nodeEvent(g.Holder, "Normal", EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(reboot && g.Phase == lease.PhaseReboot, p.b.RebootTimeout))
 		delete(p.failedSlot, g.Holder)
 		return
 	case !n.InPool:
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyLeftPool, Uncordon: uncordon})
-		p.event("Normal", EventGrantRevoked, "revoked %s slot %s: node %s left the pool%s", s.Kind, s.Name, g.Holder, restored(uncordon))
+		p.nodeEvent(g.Holder, "Normal", EventGrantRevoked, "revoked %s slot %s: node %s left the pool%s", s.Kind, s.Name, g.Holder, restored(uncordon))
 		delete(p.failedSlot, g.Holder)
 		return
 	}
@@ -348,7 +354,7 @@ func (p *planner) held(s Slot) {
 				how = fmt.Sprintf("after a soft reboot (boot ID unchanged, soft-reboot count %d, granted at %d)", softCount(st), g.SoftRebootCount)
 			}
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
-			p.event("Normal", EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
+			p.nodeEvent(n.Name, "Normal", EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
 		case unusedInEarlierBoot(n, st, g):
 			// The node went down some other way (power loss, a person)
@@ -356,7 +362,7 @@ func (p *planner) held(s Slot) {
 			// the image will come under it, and the locked stage is gone.
 			// Up and Ready, it holds no budget; it is staged again.
 			p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
-			p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
+			p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
 				s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
 		// renewTime is when the coordinator advanced the grant to Reboot;
@@ -364,7 +370,7 @@ func (p *planner) held(s Slot) {
 		case g.Failure == "" && !p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
 			p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
 			p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
-			p.event("Warning", EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
+			p.nodeEvent(n.Name, "Warning", EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
 				n.Name, g.Image, p.b.RebootTimeout, p.whyNotBack(n, st, g), s.Name)
 		case g.Failure == "":
 			p.requeueAt(g.Renewed.Add(p.b.RebootTimeout))
@@ -378,17 +384,17 @@ func (p *planner) held(s Slot) {
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged, Uncordon: uncordon})
-		p.event("Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
+		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
 	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
-		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
+		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
 	case st != nil && onDigest(st.Staged, g.Image.Digest) && !p.stagedForReboot(st, g.Image):
 		// requireSignedImages was turned on after the stage: the node is
 		// staged again, verified, before it may reboot.
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
-		p.event("Warning", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
+		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
 			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
@@ -397,7 +403,7 @@ func (p *planner) held(s Slot) {
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
 	case hasDrain && d.State == DrainDone:
 		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained})
-		p.event("Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
+		p.nodeEvent(n.Name, "Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
 	case hasDrain && d.State == DrainRunning:
 		if d.Message != "" {
 			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
@@ -405,7 +411,7 @@ func (p *planner) held(s Slot) {
 	default:
 		if hasDrain && d.State == DrainFailed {
 			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
-			p.event("Warning", EventDrainFailed, "drain of node %s did not finish within %s (attempt %d): %s; retrying, the node will not reboot until it drains",
+			p.nodeEvent(n.Name, "Warning", EventDrainFailed, "drain of node %s did not finish within %s (attempt %d): %s; retrying, the node will not reboot until it drains",
 				n.Name, p.b.DrainTimeout, d.Attempts, d.Message)
 		}
 		p.out.StartDrains = append(p.out.StartDrains, DrainStart{Node: n.Name, Grant: g.ID, Timeout: p.b.DrainTimeout})
@@ -419,16 +425,16 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 	switch {
 	case st != nil && (p.stagedForReboot(st, g.Image) || onDigest(st.Booted, g.Image.Digest)):
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
-		p.event("Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
+		p.nodeEvent(n.Name, "Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
-		p.event("Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
+		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
 	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
-		p.event("Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
+		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
 	case claimed && claim.Released != "":
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
-		p.event("Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
+		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
 			n.Name, s.Name, claim.Released, truncate(st.Message, 300), n.Name)
 	default:
 		// Alive from the grant (the coordinator's own write) or from the
@@ -439,7 +445,7 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 		}
 		if !p.in.Now.Before(alive.Add(g.Duration)) {
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyExpired})
-			p.event("Warning", EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
+			p.nodeEvent(n.Name, "Warning", EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
 				s.Name, n.Name, g.Duration, alive.UTC().Format(time.RFC3339))
 			return
 		}
@@ -642,7 +648,7 @@ func (p *planner) grant(slots []Slot) {
 			heldReboot++
 			delete(other, name)
 			granted[name] = true
-			p.event("Normal", EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
+			p.nodeEvent(name, "Normal", EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
 		}
 	}
 
@@ -663,7 +669,7 @@ func (p *planner) grant(slots []Slot) {
 		free[lease.KindStage] = free[lease.KindStage][1:]
 		p.grantSlot(s, n, tgt, st)
 		heldStage++
-		p.event("Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, tgt)
+		p.nodeEvent(name, "Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, tgt)
 	}
 }
 

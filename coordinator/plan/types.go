@@ -231,6 +231,9 @@ type Event struct {
 	// BootcNode, when set, is the BootcNode the Event is about (the pool is
 	// its related object).
 	BootcNode string
+	// Node, when set, is the Node a pool Event is about; it is recorded on
+	// the Node as well (related object: the pool).
+	Node string
 }
 
 // Output is every change Plan decided, in the order to make them.
