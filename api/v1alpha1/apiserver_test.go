@@ -352,7 +352,12 @@ func TestPrinterColumns(t *testing.T) {
 	if err := c.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, bootcNode("table-node", "quay.io/example/os@"+digest)); err != nil {
+	bn := bootcNode("table-node", "quay.io/example/os@"+digest)
+	// The coordinator's view, from its annotations (Why is priority 1: in
+	// the Table, shown by -o wide).
+	bn.SetAnnotations(map[string]string{fleetv1.AnnotationRolloutState: fleetv1.RolloutWaitingForRebootSlot,
+		fleetv1.AnnotationRolloutReason: "staged; waiting for a reboot slot"})
+	if err := c.Create(ctx, bn); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -362,7 +367,8 @@ func TestPrinterColumns(t *testing.T) {
 		name     string
 	}{
 		{"bootcnodepools", []string{"Name", "Image", "Nodes", "Updated", "Staging", "Rebooting", "Degraded", "Quiet", "Target", "Age"}, []string{"table", "quay.io/example/os:42"}, "table"},
-		{"bootcnodes", []string{"Name", "Pool", "Phase", "Booted", "Desired", "Reason", "Age"}, []string{"table-node", "workers", "quay.io/example/os@" + digest}, "table-node"},
+		{"bootcnodes", []string{"Name", "Pool", "Phase", "Booted", "Desired", "Rollout", "Why", "Reason", "Age"},
+			[]string{"table-node", "workers", "quay.io/example/os@" + digest, fleetv1.RolloutWaitingForRebootSlot, "staged; waiting for a reboot slot"}, "table-node"},
 	}
 	rc, err := rest.RESTClientFor(restConfigFor(env.Config))
 	if err != nil {
