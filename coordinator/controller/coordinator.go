@@ -109,6 +109,10 @@ type Options struct {
 	Resolver Resolver
 	Drainer  NodeDrainer
 
+	// Clock is the coordinator's clock (nil: time.Now). Its readings go into
+	// grants and pace the rollout; no agent compares them with its own.
+	Clock func() time.Time
+
 	// Name tells coordinators apart in logs and Events (default
 	// bootc-fleet-coordinator). Several may run in one process.
 	Name   string
@@ -148,6 +152,9 @@ func (o *Options) defaults() {
 	}
 	if o.Name == "" {
 		o.Name = DefaultLeaderElectionID
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
 	}
 }
 

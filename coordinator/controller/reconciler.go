@@ -160,7 +160,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if pool.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
-	now := time.Now()
+	now := r.opts.Clock()
 	tgt, untilResolve := r.targets.get(ctx, &pool, now)
 
 	w, err := r.observe(ctx, &pool)

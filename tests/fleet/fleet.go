@@ -103,6 +103,8 @@ type PoolOptions struct {
 	Behaviour    func(i int) NodeBehaviour
 	// Arch is node i's architecture (linux); nil: amd64.
 	Arch func(i int) string
+	// Mutate adjusts the pool Create writes (pacing, windows, ...).
+	Mutate func(*fleetv1.BootcNodePool)
 }
 
 // Start builds the shared part of a fleet: registry, RBAC and admission
@@ -308,6 +310,9 @@ func (p *Pool) Create(tag string, opts PoolOptions) {
 	}
 	if opts.RebootPolicy != "" {
 		bnp.Spec.RebootPolicy = opts.RebootPolicy
+	}
+	if opts.Mutate != nil {
+		opts.Mutate(bnp)
 	}
 	if err := f.Env.Client.Create(f.ctx, bnp); err != nil {
 		f.tb.Fatal(err)

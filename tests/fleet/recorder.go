@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"strconv"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -91,6 +92,8 @@ func logLease(log *Log, l *coordinationv1.Lease) {
 	e := invariant.Event{Kind: invariant.LeaseVersion, Pool: pool, Lease: l.Name, RV: rv, Slot: kind}
 	if g, err := lease.Parse(l); err == nil {
 		e.Holder, e.Node, e.Image, e.BootID, e.SoftRebootCount, e.Phase = g.Holder, g.Holder, g.Image.String(), g.BootID, g.SoftRebootCount, g.Phase
+		e.Acquired = g.Acquired
 	}
+	e.ReleasedAt, _ = time.Parse(time.RFC3339Nano, l.Annotations[lease.AnnotationReleasedAt])
 	log.Add(e)
 }

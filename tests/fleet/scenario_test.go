@@ -306,3 +306,16 @@ func TestSoftRebootRollout(t *testing.T) {
 		}
 	}
 }
+
+// A maintenance window that opens during the run, a held node,
+// pauseBetweenBatches and minReadySeconds, against the real coordinator.
+func TestPacedRollout(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	clock := &ShiftableClock{}
+	f := Start(t, Options{Coordinator: func(o *controller.Options) { o.Clock = clock.Now }})
+	if r := PacedRollout(context.Background(), f, clock); r.Failed() {
+		t.Fatal(r)
+	} else {
+		t.Logf("%s; reboots %v", r, r.Reboots)
+	}
+}

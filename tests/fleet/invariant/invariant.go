@@ -62,6 +62,9 @@ type Event struct {
 	Holder string
 	Slot   lease.Kind
 	Phase  lease.Phase
+	// Acquired (a grant) and ReleasedAt (a free reboot slot's
+	// fleet.bootc.dev/released-at): on the coordinator's clock.
+	Acquired, ReleasedAt time.Time
 
 	// Actions and grants
 	Image  string // repo@sha256
