@@ -1,0 +1,28 @@
+package plan
+
+import "sort"
+
+// The order in which the planner offers free slots to waiting nodes. It is
+// exported so that `kubectl bootc-fleet` reports queue positions in exactly
+// the order the coordinator grants them.
+
+// StageOrder is the order stage slots are offered in: by name, except that
+// nodes whose last stage failed wait behind the others, so one node whose
+// download keeps failing cannot keep a slot from the rest.
+func StageOrder(names []string, lastStageFailed func(name string) bool) []string {
+	q := append([]string(nil), names...)
+	sort.Strings(q)
+	sort.SliceStable(q, func(i, j int) bool { return !lastStageFailed(q[i]) && lastStageFailed(q[j]) })
+	return q
+}
+
+// RebootOrder is the order reboot slots are offered in: by name, except that
+// nodes already unavailable for other reasons (NotReady, or cordoned, while
+// holding no reboot slot) come first, since moving one of them into a slot
+// costs no extra budget.
+func RebootOrder(names []string, unavailable func(name string) bool) []string {
+	q := append([]string(nil), names...)
+	sort.Strings(q)
+	sort.SliceStable(q, func(i, j int) bool { return unavailable(q[i]) && !unavailable(q[j]) })
+	return q
+}
