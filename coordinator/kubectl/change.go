@@ -37,7 +37,8 @@ func (r *reader) setPaused(ctx context.Context, name string, paused bool) (strin
 }
 
 // setHold sets (reason non-nil) or removes the Node's hold annotation.
-func (r *reader) setHold(ctx context.Context, name string, reason *string) (string, error) {
+// With keep, a node already held keeps its reason.
+func (r *reader) setHold(ctx context.Context, name string, reason *string, keep bool) (string, error) {
 	n := &corev1.Node{}
 	if err := r.c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
 		if isNotFound(err) {
@@ -50,7 +51,7 @@ func (r *reader) setHold(ctx context.Context, name string, reason *string) (stri
 	switch {
 	case reason == nil && !had:
 		return fmt.Sprintf("node/%s was not held: nothing changed", name), nil
-	case reason != nil && had && old == *reason:
+	case reason != nil && had && (old == *reason || keep):
 		return fmt.Sprintf("node/%s already held (%s): nothing changed", name, quoted(old)), nil
 	case reason != nil:
 		value = *reason

@@ -347,6 +347,9 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 				if !v.ready(m) {
 					why = "NotReady"
 				}
+				if m == name {
+					why += ", this node"
+				}
 				others = append(others, m+" ("+why+")")
 			}
 		}

@@ -192,7 +192,8 @@ func NewCommand(o Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			msg, err := r.setHold(cmd.Context(), args[0], &reason)
+			// Without --reason, a held node keeps the reason it has.
+			msg, err := r.setHold(cmd.Context(), args[0], &reason, !cmd.Flags().Changed("reason"))
 			if err != nil {
 				return err
 			}
@@ -213,7 +214,7 @@ func NewCommand(o Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			msg, err := r.setHold(cmd.Context(), args[0], nil)
+			msg, err := r.setHold(cmd.Context(), args[0], nil, false)
 			if err != nil {
 				return err
 			}
