@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -80,12 +81,14 @@ type PDB struct {
 
 // Event is one Event about the node or its BootcNode.
 type Event struct {
-	Time    metav1.Time `json:"time"`
-	Type    string      `json:"type"`
-	Reason  string      `json:"reason"`
-	Object  string      `json:"object"` // Kind/name
-	Message string      `json:"message"`
-	Count   int32       `json:"count,omitempty"`
+	Time   metav1.Time `json:"time"`
+	Type   string      `json:"type"`
+	Reason string      `json:"reason"`
+	// Object is Kind/name, or both, comma-separated, for an Event
+	// recorded on the BootcNode and the Node alike.
+	Object  string `json:"object"`
+	Message string `json:"message"`
+	Count   int32  `json:"count,omitempty"`
 }
 
 func (r *reader) explain(ctx context.Context, name string) (*Explanation, error) {
@@ -215,10 +218,34 @@ func (r *reader) events(ctx context.Context, node string) ([]Event, error) {
 		}
 		return out[i].Object+out[i].Reason+out[i].Message < out[j].Object+out[j].Reason+out[j].Message
 	})
+	out = mergeTwins(out)
 	if len(out) > MaxEvents {
 		out = out[len(out)-MaxEvents:]
 	}
 	return out, nil
+}
+
+// mergeTwins shows once an Event recorded on both the BootcNode and the
+// Node (the coordinator records a node's Events on both, so `kubectl
+// describe node` has them too): same type, reason and message, at most a
+// second apart.
+func mergeTwins(evs []Event) []Event {
+	var out []Event
+	for _, e := range evs {
+		twin := false
+		for i := len(out) - 1; i >= 0 && e.Time.Sub(out[i].Time.Time) <= time.Second; i-- {
+			o := &out[i]
+			if o.Type == e.Type && o.Reason == e.Reason && o.Message == e.Message && !slices.Contains(strings.Split(o.Object, ","), e.Object) {
+				o.Object += "," + e.Object
+				twin = true
+				break
+			}
+		}
+		if !twin {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // eventTime is when an Event last happened.

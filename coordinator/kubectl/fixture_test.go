@@ -3,6 +3,7 @@ package kubectl
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,17 @@ func seed(t *testing.T, c client.Client) {
 		Source:         corev1.EventSource{Component: "kubelet", Host: "node-a"},
 		FirstTimestamp: metav1.NewTime(now.Add(-11 * time.Second)), LastTimestamp: metav1.NewTime(now.Add(-11 * time.Second)), Count: 1,
 	})
+	// One Event recorded on both the BootcNode and the Node: shown once.
+	for _, kind := range []string{"BootcNode", "Node"} {
+		f.create(&eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: "node-a.granted." + strings.ToLower(kind), Namespace: "default"},
+			EventTime:  metav1.NewMicroTime(now.Add(-12 * time.Second)),
+			Regarding:  corev1.ObjectReference{Kind: kind, Name: "node-a"},
+			Type:       corev1.EventTypeNormal, Reason: "RebootGranted", Action: "Reconcile",
+			Note:                "granted reboot slot web-reboot-0 to node node-a for " + target + ": cordon and drain, then reboot",
+			ReportingController: "bootc-fleet-coordinator", ReportingInstance: "bootc-fleet-coordinator-0",
+		})
+	}
 	f.create(&corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: "node-b.kubelet", Namespace: "default"},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "node-b", UID: "node-b"},
