@@ -55,7 +55,7 @@ type nodeSpec struct {
 func seed(t *testing.T, c client.Client) {
 	f := &fixture{t: t, c: c}
 	target := repo + "@" + newDg
-	f.pool("web", "web", 6, 1, 1, false, nil, []metav1.Condition{
+	f.pool("web", "web", 10, 1, 1, false, nil, []metav1.Condition{
 		cond(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut, "rolling out"),
 		cond(fleetv1.PoolNodeSelectorRestricted, metav1.ConditionFalse, fleetv1.ReasonSelfSettableLabels, "spec.nodeSelector keys on role, which a kubelet may set on its own Node"),
 	})
@@ -84,6 +84,11 @@ func seed(t *testing.T, c client.Client) {
 	} {
 		f.node(i, n, target)
 	}
+	// A Node web selects that the coordinator has no BootcNode for yet.
+	joined := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-new", Labels: map[string]string{"role": "web"}}}
+	f.create(joined)
+	joined.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "Fixture"}}
+	f.status(joined)
 	// A Node no pool selects.
 	f.create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "plain", Labels: map[string]string{"role": "other"}}})
 
