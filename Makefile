@@ -9,7 +9,7 @@ K8S_VERSION ?= 1.37.2
 ENVTEST_ASSETS ?= $(HOME)/.cache/bootc-fleet/envtest/$(K8S_VERSION)
 CRD_DIR := packaging/crd
 GOTEST_FLAGS ?=
-# The version both binaries print and the images are tagged with.
+# The version the binaries print and the images are tagged with.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 IMAGE_REPO ?= quay.io/bootc-fleet
@@ -25,8 +25,8 @@ help: ## Show this help.
 
 ##@ Build
 .PHONY: build
-build: ## Build bootc-fleet-agent and bootc-fleet-coordinator into bin/.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator
+build: ## Build bootc-fleet-agent, bootc-fleet-coordinator and the kubectl plugin kubectl-bootc_fleet into bin/.
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator ./coordinator/cmd/kubectl-bootc_fleet
 
 .PHONY: image
 image: ## Build the coordinator and agent images (buildah or podman) as OCI archives in bin/images/, tagged $(VERSION).

@@ -628,7 +628,7 @@ func (p *planner) grant(slots []Slot) {
 			rebootable = append(rebootable, name)
 		}
 	}
-	sort.SliceStable(rebootable, func(i, j int) bool { return other[rebootable[i]] && !other[rebootable[j]] })
+	rebootable = RebootOrder(rebootable, func(name string) bool { return other[name] })
 	granted := map[string]bool{}
 	if !p.halted() && p.rebootGrantsAllowed(heldReboot) {
 		for _, name := range rebootable {
@@ -717,17 +717,12 @@ func (p *planner) isTarget(name string, img imageref.Pinned) bool {
 	return ok && tgt == img
 }
 
-// stageQueue is the order stage slots are offered in: by name, except that
-// nodes whose last stage failed wait behind the others, so one node whose
-// download keeps failing cannot keep a slot from the rest.
+// stageQueue is the order stage slots are offered in (StageOrder).
 func (p *planner) stageQueue() []string {
-	q := append([]string(nil), p.members...)
-	failed := func(name string) bool {
+	return StageOrder(p.members, func(name string) bool {
 		st := p.fresh(p.nodes[name])
 		return st != nil && st.Reason == fleetv1.ReasonStageFailed
-	}
-	sort.SliceStable(q, func(i, j int) bool { return !failed(q[i]) && failed(q[j]) })
-	return q
+	})
 }
 
 // grantSlot grants s to n for img, recording n's boot: the kubelet's boot ID

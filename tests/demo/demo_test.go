@@ -29,7 +29,8 @@ func TestDemoRuns(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("demo exited %d:\n%s", code, text)
 	}
-	for _, want := range []string{"converged: every node booted v3", "invariants I1-I5: held", "export KUBECONFIG="} {
+	for _, want := range []string{"converged: every node booted v3", "invariants I1-I5: held", "export KUBECONFIG=",
+		"why (kubectl bootc-fleet status demo):", "$ kubectl bootc-fleet status\nNAME "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}

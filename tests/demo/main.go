@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/bootc-fleet/bootc-fleet/coordinator/kubectl"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet"
 )
@@ -233,6 +234,7 @@ func (d *demo) rollout(ctx context.Context, f *fleet.ProcFleet) int {
 		doneAt    time.Duration
 		converged bool
 		lastPlain time.Time
+		shownMid  bool
 	)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -249,6 +251,14 @@ func (d *demo) rollout(ctx context.Context, f *fleet.ProcFleet) int {
 		} else if time.Since(lastPlain) >= cfg.every {
 			lastPlain = time.Now()
 			d.scr.snapshot(render(snap))
+		}
+		if !shownMid {
+			if node, ok := waitingForReboot(snap); ok {
+				shownMid = true
+				d.step("mid-rollout, as an operator would ask (in-process, against this API server):")
+				d.plugin(ctx, f, "status", f.Pool)
+				d.plugin(ctx, f, "explain", node)
+			}
 		}
 		if changedAt == 0 && snap.poolTarget == v2 && int(snap.pool.Updated)*2 >= cfg.nodes {
 			v3, err := f.Push("v3")
@@ -328,7 +338,38 @@ func (d *demo) summary(ctx context.Context, f *fleet.ProcFleet, target string, c
 	}
 	fmt.Fprintf(&b, "  wall time: %s", time.Since(d.start).Round(100*time.Millisecond))
 	d.scr.logf("%s", b.String())
+	d.plugin(ctx, f, "status")
 	return held && doneAt > 0
+}
+
+// plugin runs `kubectl bootc-fleet ARGS` in-process against the demo's API
+// server and prints what it printed.
+func (d *demo) plugin(ctx context.Context, f *fleet.ProcFleet, args ...string) {
+	var out strings.Builder
+	kubectl.Run(ctx, kubectl.Options{Out: &out, ErrOut: &out, Client: f.Env.Client, Version: "demo"}, args)
+	d.scr.logf("$ kubectl bootc-fleet %s\n%s", strings.Join(args, " "), strings.TrimRight(out.String(), "\n"))
+}
+
+// waitingForReboot finds a node waiting in the queue for a reboot slot
+// while every reboot slot is held: the moment the plugin has most to say.
+func waitingForReboot(s snap) (string, bool) {
+	held := 0
+	for _, n := range s.nodes {
+		for _, sl := range s.why[n.name].Slots {
+			if sl.Kind == "reboot" {
+				held++
+			}
+		}
+	}
+	if held < s.budget.MaxUnavailable {
+		return "", false
+	}
+	for _, n := range s.nodes {
+		if w := s.why[n.name]; w.Queue != nil && w.Queue.Kind == "reboot" && w.Queue.Position > 1 {
+			return n.name, true
+		}
+	}
+	return "", false
 }
 
 // bootTimes describes how long nodes were away in their reboots.

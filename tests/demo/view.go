@@ -19,6 +19,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/kubectl"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
@@ -108,8 +109,11 @@ type snap struct {
 	budget     invariant.Pool
 	images     map[string]string // tag -> repo@sha256
 	nodes      []nodeRow
-	recent     []string
-	err        error
+	// why is `kubectl bootc-fleet status POOL` read in-process: each
+	// node's rollout state and live reason.
+	why    map[string]kubectl.NodeReport
+	recent []string
+	err    error
 }
 
 type nodeRow struct {
@@ -189,6 +193,14 @@ func collect(ctx context.Context, f *fleet.ProcFleet, start time.Time) snap {
 		sort.Strings(r.slots)
 		s.nodes = append(s.nodes, r)
 	}
+	if rep, err := kubectl.Status(ctx, c, f.Pool, time.Now()); err != nil {
+		s.err = err
+	} else {
+		s.why = map[string]kubectl.NodeReport{}
+		for _, n := range rep.Nodes {
+			s.why[n.Name] = n
+		}
+	}
 	s.recent = narrate(f.Log.Events(), s.images, start, 6)
 	return s
 }
@@ -242,6 +254,14 @@ func render(s snap) []string {
 		out = append(out, fmt.Sprintf(row, n.name, phase, labelOf(s.images, n.booted), staged,
 			orDash(strings.Join(n.slots, ",")), yesNo(n.cordoned, "cordoned", "-"), yesNo(n.ready, "yes", "NO"),
 			fmt.Sprint(n.reboots), orDash(n.reason)))
+	}
+	if len(s.why) > 0 {
+		out = append(out, "why (kubectl bootc-fleet status "+s.poolName+"):")
+		for _, n := range s.nodes {
+			if w, ok := s.why[n.name]; ok {
+				out = append(out, fmt.Sprintf("  %-7s %-20s %s", n.name, orDash(w.State), w.Reason))
+			}
+		}
 	}
 	if s.err != nil {
 		out = append(out, "read error: "+s.err.Error())

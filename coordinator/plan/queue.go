@@ -1,0 +1,50 @@
+package plan
+
+import (
+	"sort"
+	"time"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// The order in which the planner offers free slots to waiting nodes. It is
+// exported so that `kubectl bootc-fleet` reports queue positions in exactly
+// the order the coordinator grants them.
+
+// StageOrder is the order stage slots are offered in: by name, except that
+// nodes whose last stage failed wait behind the others, so one node whose
+// download keeps failing cannot keep a slot from the rest.
+func StageOrder(names []string, lastStageFailed func(name string) bool) []string {
+	q := append([]string(nil), names...)
+	sort.Strings(q)
+	sort.SliceStable(q, func(i, j int) bool { return !lastStageFailed(q[i]) && lastStageFailed(q[j]) })
+	return q
+}
+
+// RebootOrder is the order reboot slots are offered in: by name, except that
+// nodes already unavailable for other reasons (NotReady, or cordoned, while
+// holding no reboot slot) come first, since moving one of them into a slot
+// costs no extra budget.
+func RebootOrder(names []string, unavailable func(name string) bool) []string {
+	q := append([]string(nil), names...)
+	sort.Strings(q)
+	sort.SliceStable(q, func(i, j int) bool { return unavailable(q[i]) && !unavailable(q[j]) })
+	return q
+}
+
+// Windows is what a pool's maintenance windows say at one instant, as the
+// planner evaluates them (for `kubectl bootc-fleet`, which shows the next
+// opening live).
+type Windows struct {
+	Configured bool      // the pool has windows
+	Open       bool      // a window is open (always true without windows)
+	Until      time.Time // while open: when the last open window closes
+	Next       time.Time // while closed: the next opening (zero: none within 8 days)
+	Err        error     // a window that cannot be read: all count as closed
+}
+
+// WindowsAt evaluates ws at now.
+func WindowsAt(ws []fleetv1.MaintenanceWindow, now time.Time) Windows {
+	w := evalWindows(ws, now)
+	return Windows{Configured: w.configured, Open: w.open, Until: w.until, Next: w.next, Err: w.err}
+}
