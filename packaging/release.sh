@@ -3,6 +3,7 @@
 #
 #   bootc-fleet-{agent,coordinator}-linux-{amd64,arm64}        static binaries
 #   bootc-fleet-{agent,coordinator}-VERSION-linux-ARCH.oci.tar  the images
+#   kubectl-bootc_fleet-linux-{amd64,arm64}                     the kubectl plugin
 #   bootc-fleet-VERSION.yaml    `kubectl kustomize packaging/`, image pinned to VERSION
 #   bootc-fleet-X.Y.Z.tgz       the Helm chart (`helm package`), appVersion VERSION
 #   SHA256SUMS                  of all of the above
@@ -23,12 +24,20 @@ cd "$src"
 
 bash packaging/build-images.sh --version "$VERSION" --out "$out" --arch amd64 --arch arm64
 
-# Both binaries print the release (those of this host's architecture run here).
+# The kubectl plugin, static, for the same architectures.
+for arch in amd64 arm64; do
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$VERSION" \
+		-o "$out/kubectl-bootc_fleet-linux-$arch" ./coordinator/cmd/kubectl-bootc_fleet
+done
+
+# Every binary prints the release (those of this host's architecture run here).
 host=$(go env GOARCH)
 for prog in agent coordinator; do
 	got=$("$out/bootc-fleet-$prog-linux-$host" --version)
 	[[ "$got" == "bootc-fleet-$prog $VERSION" ]] || die "bootc-fleet-$prog --version printed '$got', want 'bootc-fleet-$prog $VERSION'"
 done
+got=$("$out/kubectl-bootc_fleet-linux-$host" --version)
+[[ "$got" == *"$VERSION"* ]] || die "kubectl-bootc_fleet --version printed '$got', want it to name $VERSION"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
