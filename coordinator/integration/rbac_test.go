@@ -14,20 +14,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
-	"github.com/bootc-fleet/bootc-fleet/coordinator/drain"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/go-logr/logr"
 )
 
 // TestRolloutUnderPackagedRBAC runs the coordinator as its ServiceAccount
@@ -112,71 +106,6 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 	var left corev1.Pod
 	if err := env.Client.Get(ctx, clientKey("default", "app-0"), &left); !apierrors.IsNotFound(err) {
 		t.Fatalf("pod on the drained node still there: %v", err)
-	}
-}
-
-// The coordinator's Node writes are cordons only: as its ServiceAccount,
-// under the packaged RBAC and coordinator-policy.yaml, a cordon with its mark
-// and the uncordon pass, and every other change to a Node is refused with
-// the policy's message.
-func TestCoordinatorNodeWritesAreCordonsOnly(t *testing.T) {
-	ctx := context.Background()
-	root := envtest.RepoRoot()
-	if err := envtest.Apply(ctx, env.Client, filepath.Join(root, "packaging/rbac/coordinator.yaml"), filepath.Join(root, "packaging/policy/coordinator-policy.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.AddUser("system:serviceaccount:bootc-fleet-system:bootc-fleet-coordinator", "system:serviceaccounts", "system:authenticated")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "policy-n00", Labels: map[string]string{"keep": "me"},
-		Annotations: map[string]string{"someone/else": "x"}}}
-	if err := env.Client.Create(ctx, node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
-	patch := func(p string) error {
-		_, err := cs.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(p), metav1.PatchOptions{})
-		return err
-	}
-	// The policy loads asynchronously: wait until a dry-run label change is refused.
-	probe := 0
-	eventually(t, time.Minute, "the Node policy enforced", func() (bool, string) {
-		probe++
-		_, err := cs.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType,
-			[]byte(fmt.Sprintf(`{"metadata":{"labels":{"probe":"%d"}}}`, probe)), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy"), truncateErr(err)
-	})
-	denied := func(what, p, message string) {
-		t.Helper()
-		err := patch(p)
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), message) {
-			t.Errorf("%s: %v, want Forbidden with the message %q", what, err, message)
-		}
-	}
-	denied("a label", `{"metadata":{"labels":{"keep":"changed"}}}`, "may not change the labels of Node policy-n00")
-	denied("someone else's annotation", `{"metadata":{"annotations":{"someone/else":null}}}`, "may change only its annotation fleet.bootc.dev/cordoned-for")
-	denied("a new annotation", `{"metadata":{"annotations":{"mine/too":"y"}}}`, "may change only its annotation")
-	denied("a taint", `{"spec":{"taints":[{"key":"k","effect":"NoSchedule"}]}}`, "may change only spec.unschedulable")
-	denied("a cordon with a taint", `{"spec":{"unschedulable":true,"taints":[{"key":"k","effect":"NoSchedule"}]}}`, "may change only spec.unschedulable")
-
-	d := drain.New(cs, logr.Discard())
-	if _, err := d.Cordon(ctx, node.Name, "pool-reboot-0#1/uid"); err != nil {
-		t.Fatalf("the coordinator's cordon was refused: %v", err)
-	}
-	got := &corev1.Node{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || !got.Spec.Unschedulable || got.Annotations[lease.NodeAnnotationCordonedFor] == "" {
-		t.Fatalf("after the cordon: %v, unschedulable %v, annotations %v", err, got.Spec.Unschedulable, got.Annotations)
-	}
-	if err := d.Uncordon(ctx, node.Name); err != nil {
-		t.Fatalf("the coordinator's uncordon was refused: %v", err)
-	}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || got.Spec.Unschedulable || got.Annotations["someone/else"] != "x" || got.Labels["keep"] != "me" {
-		t.Fatalf("after the uncordon: %v, %+v", err, got.ObjectMeta)
 	}
 }
 
