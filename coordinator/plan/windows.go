@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
 	// The coordinator's image has no /usr/share/zoneinfo: embed the IANA
 	// database, so spec.rollout.windows[].timeZone means the same anywhere.
 	_ "time/tzdata"

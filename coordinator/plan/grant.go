@@ -1,0 +1,212 @@
+package plan
+
+import (
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// New grants: which nodes may have a slot, in what order, within the budget
+// and the pacing rules (pacing.go), and what counts as a failure.
+
+// otherwiseUnavailable lists pool nodes that are NotReady or cordoned and
+// hold no reboot slot: they count against maxUnavailable.
+func (p *planner) otherwiseUnavailable(holds map[string][]*Slot) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range p.members {
+		n := p.nodes[name]
+		if holdsKind(holds[name], lease.KindReboot) {
+			continue
+		}
+		if !n.Ready || (n.Unschedulable && !p.uncordoned[name]) {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+func holdsKind(ss []*Slot, k lease.Kind) bool {
+	for _, s := range ss {
+		if s.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *planner) failures() int {
+	c := 0
+	for name := range p.failedSlot {
+		if n, ok := p.nodes[name]; ok && n.InPool {
+			c++
+		}
+	}
+	for _, name := range p.members {
+		if p.failedSlot[name] == "" && p.signatureRejected(name) {
+			c++
+		}
+	}
+	return c
+}
+
+// signatureRejected: the node's agent reports that bootc refused its target
+// under the host's signature policy (amendment 14). That is a failure of
+// the rollout on this node, as a reboot that did not come back is; it ends
+// when the target changes or the agent reports otherwise.
+func (p *planner) signatureRejected(name string) bool {
+	st := p.fresh(p.nodes[name])
+	return st != nil && st.Phase == fleetv1.PhaseDegraded && st.Reason == fleetv1.ReasonSignatureRejected && p.desiredIsTarget(name)
+}
+
+// stagedForReboot: st shows img staged, verified as the pool asks. Under
+// requireSignedImages a deployment bootc fetched without enforcing the
+// signature policy is not staged for the rollout (amendment 14).
+func (p *planner) stagedForReboot(st *fleetv1.BootcNodeStatus, img imageref.Pinned) bool {
+	return st != nil && onDigest(st.Staged, img.Digest) && (!p.in.Pool.Spec.RequireSignedImages || st.Staged.Verified())
+}
+
+func (p *planner) halted() bool { return p.failures() >= p.b.HaltAfterFailures }
+
+// grant hands free slots to eligible nodes, in name order.
+func (p *planner) grant(slots []Slot) {
+	if p.target.Digest == "" || p.in.ResolveError != "" || p.b.Paused {
+		return
+	}
+	free := map[lease.Kind][]Slot{}
+	for _, s := range slots {
+		if s.State == SlotFree && s.Index < p.budgetFor(s.Kind) {
+			free[s.Kind] = append(free[s.Kind], s)
+		}
+	}
+	holds := p.holdsAfter()
+	stillStaging := p.stagingWithoutSlot(holds)
+	heldReboot, heldStage := p.countAfter(lease.KindReboot), p.countAfter(lease.KindStage)+len(stillStaging)
+	other := p.otherwiseUnavailable(holds)
+
+	// Reboot grants: nodes already unavailable for other reasons first, since
+	// moving one of them into a slot costs no extra budget.
+	var rebootable []string
+	for _, name := range p.members {
+		n := p.nodes[name]
+		st := p.fresh(n)
+		tgt, ok := p.targetOf(name)
+		if !ok || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+			continue
+		}
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) {
+			continue
+		}
+		if p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly {
+			rebootable = append(rebootable, name)
+		}
+	}
+	rebootable = RebootOrder(rebootable, func(name string) bool { return other[name] })
+	granted := map[string]bool{}
+	if !p.halted() && p.rebootGrantsAllowed(heldReboot) {
+		for _, name := range rebootable {
+			if len(free[lease.KindReboot]) == 0 {
+				break
+			}
+			// A node already counted as unavailable moves into a slot without
+			// raising the total, as long as the total is within budget.
+			if used := heldReboot + len(other); used > p.b.MaxUnavailable || (!other[name] && used == p.b.MaxUnavailable) {
+				continue
+			}
+			s := free[lease.KindReboot][0]
+			free[lease.KindReboot] = free[lease.KindReboot][1:]
+			n := p.nodes[name]
+			tgt, _ := p.targetOf(name)
+			p.grantSlot(s, n, tgt, p.fresh(n))
+			heldReboot++
+			delete(other, name)
+			granted[name] = true
+			p.nodeEvent(name, "Normal", EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
+		}
+	}
+
+	for _, name := range p.stageQueue() {
+		if len(free[lease.KindStage]) == 0 || heldStage >= p.b.MaxStaging || !p.stageGrantsAllowed() {
+			break
+		}
+		n := p.nodes[name]
+		st := p.fresh(n)
+		tgt, ok := p.targetOf(name)
+		if !ok || granted[name] || stillStaging[name] || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+			continue
+		}
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.stagedForReboot(st, tgt) {
+			continue
+		}
+		s := free[lease.KindStage][0]
+		free[lease.KindStage] = free[lease.KindStage][1:]
+		p.grantSlot(s, n, tgt, st)
+		heldStage++
+		p.nodeEvent(name, "Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, tgt)
+	}
+}
+
+// stagingWithoutSlot finds nodes that hold no stage slot but report, in
+// their current boot, a stage under way: a revoked holder downloads until
+// its agent sees the revoke and cancels. Until it reports that it stopped
+// (or goes quiet for a lease duration, as an unrenewed grant would), its
+// download counts against maxStaging, so its slot is not handed on early.
+func (p *planner) stagingWithoutSlot(holds map[string][]*Slot) map[string]bool {
+	out := map[string]bool{}
+	for _, name := range p.members {
+		st := p.fresh(p.nodes[name])
+		seen := p.in.Heartbeats[name].Seen
+		if st == nil || st.Phase != fleetv1.PhaseStaging || seen.IsZero() {
+			continue
+		}
+		// Timed by when the coordinator saw the report, not by the node's clock.
+		quiet := seen.Add(p.in.LeaseDuration)
+		if !p.in.Now.Before(quiet) {
+			continue
+		}
+		slot := false
+		for _, s := range holds[name] {
+			slot = slot || s.Kind == lease.KindStage
+		}
+		if !slot {
+			out[name] = true
+			p.requeueAt(quiet)
+		}
+	}
+	return out
+}
+
+// desiredIsTarget: the node's BootcNode already asks for its target, so the
+// agent finds a grant that matches what it was told to run.
+func (p *planner) desiredIsTarget(name string) bool {
+	bn := p.bns[name]
+	tgt, ok := p.targetOf(name)
+	return ok && bn != nil && bn.Spec.DesiredImage == tgt.String()
+}
+
+// isTarget: img is node name's target.
+func (p *planner) isTarget(name string, img imageref.Pinned) bool {
+	tgt, ok := p.targetOf(name)
+	return ok && tgt == img
+}
+
+// stageQueue is the order stage slots are offered in (StageOrder).
+func (p *planner) stageQueue() []string {
+	return StageOrder(p.members, func(name string) bool {
+		st := p.fresh(p.nodes[name])
+		return st != nil && st.Reason == fleetv1.ReasonStageFailed
+	})
+}
+
+// grantSlot grants s to n for img, recording n's boot: the kubelet's boot ID
+// and the soft-reboot count its agent reported in that boot (callers grant
+// only to nodes with a fresh status, so the two belong to the same boot).
+func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned, st *fleetv1.BootcNodeStatus) {
+	c := SlotChange{Op: OpGrant, Node: n.Name, Image: img, BootID: n.BootID, SoftRebootCount: softCount(st), Why: WhyEligible}
+	p.change(s, c)
+	a := p.after[s.Name]
+	*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotHeld, Holder: n.Name,
+		Grant: lease.Grant{Pool: p.pool, Kind: s.Kind, Holder: n.Name, Image: img, BootID: n.BootID, SoftRebootCount: c.SoftRebootCount}}
+	if s.Kind == lease.KindReboot {
+		a.Grant.Phase = lease.PhaseDraining
+	}
+}

@@ -1,0 +1,240 @@
+package plan
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+)
+
+// Held slots: what happens to each grant in this pass (release, revoke,
+// cordon, drain, advance, mark failed), kind by kind.
+
+// held decides what happens to one slot as it is now.
+func (p *planner) held(s Slot) {
+	switch s.State {
+	case SlotFree:
+		return
+	case SlotMalformed:
+		p.event("Warning", EventSlotMalformed, "slot Lease %s/%s was not a valid grant (%s); reset it to free", lease.Namespace, s.Name, s.Problem)
+		p.change(s, SlotChange{Op: OpReset, Why: WhyMalformed})
+		if s.Kind == lease.KindReboot && s.Holder != "" {
+			p.out.StopDrains = append(p.out.StopDrains, s.Holder)
+		}
+		return
+	}
+	g := s.Grant
+	n, exists := p.nodes[g.Holder]
+	reboot := s.Kind == lease.KindReboot
+	// Ours: the grant records our cordon, or the Node carries our mark (we
+	// stopped between cordoning and recording it).
+	uncordon := reboot && exists && (s.CordonedByUs || (n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID)))
+	stop := func() {
+		if reboot {
+			p.out.StopDrains = append(p.out.StopDrains, g.Holder)
+		}
+	}
+	if g.Failure != "" {
+		p.failedSlot[g.Holder] = g.Failure
+	}
+	switch {
+	case !exists && reboot && g.Phase == lease.PhaseReboot && p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
+		// The Node object is gone, but the machine may be down in its
+		// reboot and come back under the same name: the slot stays held
+		// until it is back (then it is verified as usual) or rebootTimeout
+		// passed, so deleting a Node cannot let two nodes be down at once.
+		p.requeueAt(g.Renewed.Add(p.b.RebootTimeout))
+		p.goneHolders = append(p.goneHolders, g.Holder)
+		return
+	case !exists:
+		stop()
+		p.change(s, SlotChange{Op: OpRelease, Why: WhyNodeDeleted})
+		p.nodeEvent(g.Holder, "Normal", EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(reboot && g.Phase == lease.PhaseReboot, p.b.RebootTimeout))
+		delete(p.failedSlot, g.Holder)
+		return
+	case !n.InPool:
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyLeftPool, Uncordon: uncordon})
+		p.nodeEvent(g.Holder, "Normal", EventGrantRevoked, "revoked %s slot %s: node %s left the pool%s", s.Kind, s.Name, g.Holder, restored(uncordon))
+		delete(p.failedSlot, g.Holder)
+		return
+	}
+	st := p.fresh(n)
+	if !reboot {
+		p.stageSlot(s, n, st)
+		return
+	}
+	if g.Phase == lease.PhaseReboot {
+		back, soft := p.verifiedBack(n, st, g)
+		p.trackBack(s, n, back)
+		switch {
+		case back && !p.readyLongEnough(s, n):
+			// Back, but not for minReadySeconds yet (pacing.go).
+		case back:
+			how := "in a new boot"
+			if soft {
+				how = fmt.Sprintf("after a soft reboot (boot ID unchanged, soft-reboot count %d, granted at %d)", softCount(st), g.SoftRebootCount)
+			}
+			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
+			p.nodeEvent(n.Name, "Normal", EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
+			delete(p.failedSlot, g.Holder)
+		case unusedInEarlierBoot(n, st, g):
+			// The node went down some other way (power loss, a person)
+			// before its agent used the grant, and is back: no reboot into
+			// the image will come under it, and the locked stage is gone.
+			// Up and Ready, it holds no budget; it is staged again.
+			p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
+			p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
+				s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(uncordon))
+			delete(p.failedSlot, g.Holder)
+		// renewTime is when the coordinator advanced the grant to Reboot;
+		// no agent writes a Lease, so nothing a node does extends it.
+		case g.Failure == "" && !p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
+			p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
+			p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
+			p.nodeEvent(n.Name, "Warning", EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
+				n.Name, g.Image, p.b.RebootTimeout, p.whyNotBack(n, st, g), s.Name)
+		case g.Failure == "":
+			p.requeueAt(g.Renewed.Add(p.b.RebootTimeout))
+		}
+		return
+	}
+	// Phase Draining.
+	d, hasDrain := p.in.Drains[n.Name]
+	hasDrain = hasDrain && d.Grant == g.ID
+	switch {
+	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged, Uncordon: uncordon})
+		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
+	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
+		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
+	case st != nil && onDigest(st.Staged, g.Image.Digest) && !p.stagedForReboot(st, g.Image):
+		// requireSignedImages was turned on after the stage: the node is
+		// staged again, verified, before it may reboot.
+		stop()
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
+		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
+			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
+	case !n.Unschedulable:
+		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
+	case !s.CordonedByUs && n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID):
+		// We cordoned it for this grant but stopped before recording that.
+		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
+	case hasDrain && d.State == DrainDone:
+		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained})
+		p.nodeEvent(n.Name, "Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
+	case hasDrain && d.State == DrainRunning:
+		if d.Message != "" {
+			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
+		}
+	default:
+		if hasDrain && d.State == DrainFailed {
+			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
+			p.nodeEvent(n.Name, "Warning", EventDrainFailed, "drain of node %s did not finish within %s (attempt %d): %s; retrying, the node will not reboot until it drains",
+				n.Name, p.b.DrainTimeout, d.Attempts, d.Message)
+		}
+		p.out.StartDrains = append(p.out.StartDrains, DrainStart{Node: n.Name, Grant: g.ID, Timeout: p.b.DrainTimeout})
+	}
+}
+
+// stageSlot decides about a held stage slot of a node in the pool.
+func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
+	g := s.Grant
+	claim, claimed := claimOf(st, g.ID)
+	switch {
+	case st != nil && (p.stagedForReboot(st, g.Image) || onDigest(st.Booted, g.Image.Digest)):
+		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
+		p.nodeEvent(n.Name, "Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
+	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
+		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
+	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
+		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
+	case claimed && claim.Released != "":
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
+		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
+			n.Name, s.Name, claim.Released, truncate(st.Message, 300), n.Name)
+	default:
+		// Alive from the grant (the coordinator's own write) or from the
+		// last heartbeat that listed it, as the coordinator saw it.
+		alive := g.Acquired
+		if hb := p.in.Heartbeats[n.Name].Seen; claimed && hb.After(alive) {
+			alive = hb
+		}
+		if !p.in.Now.Before(alive.Add(g.Duration)) {
+			p.change(s, SlotChange{Op: OpRelease, Why: WhyExpired})
+			p.nodeEvent(n.Name, "Warning", EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
+				s.Name, n.Name, g.Duration, alive.UTC().Format(time.RFC3339))
+			return
+		}
+		p.requeueAt(alive.Add(g.Duration))
+	}
+}
+
+// claimOf finds grant id in the agent's fresh status.
+func claimOf(st *fleetv1.BootcNodeStatus, id lease.ID) (fleetv1.GrantInUse, bool) {
+	if st == nil {
+		return fleetv1.GrantInUse{}, false
+	}
+	for _, c := range st.Grants {
+		if c.Lease == id.Lease && c.UID == id.UID && c.LeaseTransitions == id.Transitions {
+			return c, true
+		}
+	}
+	return fleetv1.GrantInUse{}, false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len("…")] + "…"
+}
+
+func goneFor(wasRebooting bool, d time.Duration) string {
+	if wasRebooting {
+		return fmt.Sprintf(" and did not come back within rebootTimeout (%s)", d)
+	}
+	return ""
+}
+
+func restored(uncordon bool) string {
+	if uncordon {
+		return "; uncordoned it"
+	}
+	return ""
+}
+
+// bootChange says how the node's boot differs from the one g was issued in.
+func bootChange(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) string {
+	if n.BootID != g.BootID {
+		return fmt.Sprintf("kubelet boot ID %s, granted in %s", n.BootID, g.BootID)
+	}
+	return fmt.Sprintf("same boot ID, soft-reboot count %d, granted at %d", softCount(st), g.SoftRebootCount)
+}
+
+func (p *planner) whyNotBack(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) string {
+	switch {
+	case !n.Ready:
+		return "the Node is not Ready"
+	case n.BootID == g.BootID && !softRebootedSince(n, st, g):
+		return "the kubelet still reports the boot the grant was issued in, and its agent reports no soft reboot since"
+	case st == nil:
+		return "its agent has not reported from the new boot"
+	case n.BootID == g.BootID && onDigest(st.Booted, g.Image.Digest):
+		return "its report from after the soft reboot was not seen since the grant's phase Reboot"
+	case st.Booted == nil:
+		return "its agent reports no booted image"
+	default:
+		msg := "it booted " + st.Booted.Digest
+		if st.Reason != "" {
+			msg += ", agent reason " + st.Reason
+		}
+		return msg
+	}
+}
