@@ -85,7 +85,8 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 }
 
 // recordEvents records the plan's Events on the pool (or the BootcNode they
-// are about) and, for those about a node, on the Node too. The pool's Event
+// are about) and, for those about a node, on its Node and BootcNode too, so
+// `kubectl describe node` and `kubectl describe bootcnode` tell its story. The pool's Event
 // names the node as its related object: events.k8s.io/v1 folds Events with
 // the same reason, regarding and related object into one series that keeps
 // the first note, so without it the grant of the second node would only
@@ -105,6 +106,9 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 		r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 		r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		if bn := w.bootcNodes[e.Node]; bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name {
+			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		}
 	}
 }
 

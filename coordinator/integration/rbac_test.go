@@ -100,7 +100,9 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 					pe = append(pe, e.Regarding.Kind+"/"+e.Reason+":"+e.Note)
 				}
 			}
-			return got[plan.EventRebootGranted] > 0 && got[plan.EventDrained] > 0 && got[plan.EventNodeUpdated] > 0 && got[plan.EventStaged] > 0, fmt.Sprint(got, pe)
+			onBN := objectEvents(t, "BootcNode", node)
+			return got[plan.EventRebootGranted] > 0 && got[plan.EventDrained] > 0 && got[plan.EventNodeUpdated] > 0 && got[plan.EventStaged] > 0 &&
+				onBN[plan.EventRebootGranted] > 0 && onBN[plan.EventNodeUpdated] > 0, fmt.Sprint(got, onBN, pe)
 		})
 	}
 	var left corev1.Pod
@@ -112,13 +114,19 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 // nodeEvents counts the Events about Node name by reason.
 func nodeEvents(t *testing.T, name string) map[string]int {
 	t.Helper()
+	return objectEvents(t, "Node", name)
+}
+
+// objectEvents counts the Events about the object kind/name by reason.
+func objectEvents(t *testing.T, kind, name string) map[string]int {
+	t.Helper()
 	var evs eventsv1.EventList
 	if err := env.Client.List(context.Background(), &evs); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]int{}
 	for _, e := range evs.Items {
-		if e.Regarding.Kind == "Node" && e.Regarding.Name == name && e.Regarding.UID != "" {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name && e.Regarding.UID != "" {
 			out[e.Reason]++
 		}
 	}
