@@ -72,9 +72,12 @@ func (p *planner) grant(slots []Slot) {
 	if p.target.Digest == "" || p.in.ResolveError != "" || p.b.Paused {
 		return
 	}
+	// Free as the slots will be once this pass's changes are made: a slot
+	// released or revoked above goes to the next node in this same pass,
+	// not one reconcile later (its release is written first).
 	free := map[lease.Kind][]Slot{}
-	for _, s := range slots {
-		if s.State == SlotFree && s.Index < p.budgetFor(s.Kind) {
+	for _, in := range slots {
+		if s := *p.after[in.Name]; s.State == SlotFree && s.Index < p.budgetFor(s.Kind) {
 			free[s.Kind] = append(free[s.Kind], s)
 		}
 	}

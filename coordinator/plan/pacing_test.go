@@ -228,3 +228,24 @@ func TestPauseBetweenBatches(t *testing.T) {
 		t.Fatalf("%d granted slots still carry released-at", marked)
 	}
 }
+
+// A reboot slot freed by a verified node goes to the next staged node in the
+// same pass, written after the release, within maxUnavailable.
+func TestFreedSlotGoesOnInTheSamePass(t *testing.T) {
+	w := stagedWorld(2, 1)
+	w.step()
+	rebootAndReturn(t, w, "node-00")
+	out := w.step()
+	var ops []string
+	for _, c := range out.Changes {
+		if c.Kind == lease.KindReboot {
+			ops = append(ops, string(c.Op)+" "+c.Node)
+		}
+	}
+	if strings.Join(ops, ", ") != "Release node-00, Grant node-01" {
+		t.Fatalf("reboot slot changes %v, want the release of node-00 then the grant to node-01", ops)
+	}
+	if w.held(lease.KindReboot) != 1 {
+		t.Fatalf("%d reboot slots held, want 1 (maxUnavailable)", w.held(lease.KindReboot))
+	}
+}

@@ -283,8 +283,15 @@ func checkedStep(rt *rapid.T, w *world) {
 	}
 	out := Plan(in)
 
+	// A slot may be freed and granted again in one pass (the release is
+	// written first), never granted twice.
+	freed, granted := map[string]bool{}, map[string]bool{}
 	for _, c := range out.Changes {
 		n, exists := w.nodes[c.Node]
+		switch c.Op {
+		case OpRelease, OpRevoke, OpReset:
+			freed[c.Slot] = true
+		}
 		switch c.Op {
 		case OpGrant:
 			// No grant to a node whose agent status is from another boot;
@@ -294,9 +301,10 @@ func checkedStep(rt *rapid.T, w *world) {
 				int64(c.SoftRebootCount) != bn.Status.SoftRebootCount {
 				rt.Fatalf("grant %+v to node %+v with agent status %+v", c, n, bn)
 			}
-			if before[c.Slot].State != SlotFree {
-				rt.Fatalf("grant of slot %s that was not free: %+v", c.Slot, before[c.Slot])
+			if (before[c.Slot].State != SlotFree && !freed[c.Slot]) || granted[c.Slot] {
+				rt.Fatalf("grant of slot %s that was not free: %+v (freed in this pass %v, granted already %v)", c.Slot, before[c.Slot], freed[c.Slot], granted[c.Slot])
 			}
+			granted[c.Slot] = true
 			if want, ok := expectedFor(w, c.Node); !ok || want != c.Image || w.resolveErr != "" || w.pool.Spec.Rollout.Paused {
 				rt.Fatalf("grant %+v with the node's target %s (pool target %s), resolve error %q, paused %v", c, want, w.target, w.resolveErr, w.pool.Spec.Rollout.Paused)
 			}
