@@ -28,8 +28,8 @@ var HopOrder = []string{HopGrantCordon, HopCordonDrained, HopDrainedUnlock, HopU
 // Cycle is one reboot grant followed from grant to release; a zero time is
 // a step the log does not show.
 type Cycle struct {
-	Slot, Node string
-	Wave       int // 0 for the slot's first grant, 1 for its second, ...
+	Slot, Node                                                        string
+	Wave                                                              int // 0 for the slot's first grant, 1 for its second, ...
 	Grant, Cordon, Drained, Unlock, Request, Boot, Release, NextGrant time.Time
 }
 
@@ -120,7 +120,11 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 			}
 			return time.Time{}
 		}
-		c.Cordon = after(invariant.Cordon, c.Grant)
+		// The cordon comes from the Node watch, the grant from the Lease
+		// watch: their receipt order can flip by a few milliseconds, so a
+		// cordon up to cordonSlack before the grant is this cycle's (a node
+		// goes through one cycle per rollout), and its hop counts as 0.
+		c.Cordon = after(invariant.Cordon, c.Grant.Add(-cordonSlack))
 		c.Unlock = after(invariant.Apply, c.Drained)
 		c.Request = after(invariant.Reboot, c.Unlock)
 		c.Boot = after(invariant.Boot, c.Request)
@@ -131,7 +135,7 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 				complete = false
 				continue
 			}
-			t.Hops[name] = append(t.Hops[name], steps[i+1].Sub(steps[i]))
+			t.Hops[name] = append(t.Hops[name], max(0, steps[i+1].Sub(steps[i])))
 		}
 		if !c.NextGrant.IsZero() && !c.Release.IsZero() {
 			t.Hops[HopReleaseGrant] = append(t.Hops[HopReleaseGrant], c.NextGrant.Sub(c.Release))
@@ -143,6 +147,9 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 	}
 	return t
 }
+
+// cordonSlack: see ExtractTiming.
+const cordonSlack = time.Second
 
 // Quantile is the q-quantile (nearest rank) of ds; 0 when empty.
 func Quantile(ds []time.Duration, q float64) time.Duration {

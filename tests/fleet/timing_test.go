@@ -73,6 +73,25 @@ func TestExtractTiming(t *testing.T) {
 			waves: []int{0},
 		},
 		{
+			name: "a cordon seen just before its grant (two watches) counts as 0",
+			events: []invariant.Event{
+				node(995, invariant.Cordon, "d"),
+				grant(1000, "p-reboot-2", "d", lease.PhaseDraining),
+				grant(1030, "p-reboot-2", "d", lease.PhaseReboot),
+				node(1100, invariant.Apply, "d"),
+				node(1120, invariant.Reboot, "d"),
+				node(4120, invariant.Boot, "d"),
+				free(4400, "p-reboot-2"),
+			},
+			makespan: 4400 * time.Millisecond, firstGrant: time.Second,
+			hops: map[string][]time.Duration{
+				HopGrantCordon: {0}, HopCordonDrained: {35 * time.Millisecond},
+				HopDrainedUnlock: {70 * time.Millisecond}, HopUnlockRequest: {20 * time.Millisecond},
+				HopRequestBoot: {3 * time.Second}, HopBootRelease: {280 * time.Millisecond},
+			},
+			waves: []int{0},
+		},
+		{
 			name: "a cycle without a boot is incomplete",
 			events: []invariant.Event{
 				grant(1000, "p-reboot-1", "c", lease.PhaseDraining),
