@@ -22,6 +22,19 @@ const (
 	HopReleaseGrant  = "release→next grant (same slot)"
 )
 
+// Hops before the first wave (each node's stage), by the node's first
+// stage grant: creation to it, to the node's StageStart, to its StageEnd,
+// and, for the nodes of wave 0, from StageEnd to their reboot grant.
+const (
+	StageCreatedGrant = "creation→stage grant"
+	StageGrantStart   = "stage grant→stage start"
+	StageStartEnd     = "stage start→stage end"
+	StageEndGrant     = "stage end→reboot grant (wave 0)"
+)
+
+// StageOrder lists the stage hops as Timing prints them.
+var StageOrder = []string{StageCreatedGrant, StageGrantStart, StageStartEnd, StageEndGrant}
+
 // HopOrder lists the hops as Timing prints them.
 var HopOrder = []string{HopGrantCordon, HopCordonDrained, HopDrainedUnlock, HopUnlockRequest, HopRequestBoot, HopBootRelease, HopReleaseGrant}
 
@@ -40,6 +53,7 @@ type Timing struct {
 	End        time.Time // last verified release of a reboot slot
 	Cycles     []Cycle
 	Hops       map[string][]time.Duration
+	Stage      map[string][]time.Duration
 	Incomplete int // cycles missing a step
 }
 
@@ -52,7 +66,8 @@ func (t Timing) Makespan() time.Duration { return t.End.Sub(t.Created) }
 // boot the node's own events. Each node step is the first of its kind after
 // the previous step of the same cycle.
 func ExtractTiming(events []invariant.Event, pool string, created time.Time) Timing {
-	t := Timing{Created: created, Hops: map[string][]time.Duration{}}
+	t := Timing{Created: created, Hops: map[string][]time.Duration{}, Stage: map[string][]time.Duration{}}
+	stageGrant := map[string]time.Time{}
 	byNode := map[string][]invariant.Event{}
 	type slotState struct {
 		holder string
@@ -71,6 +86,11 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 				byNode[e.Node] = append(byNode[e.Node], e)
 			}
 			continue
+		}
+		if e.Slot == lease.KindStage && e.Holder != "" {
+			if _, ok := stageGrant[e.Holder]; !ok {
+				stageGrant[e.Holder] = e.At
+			}
 		}
 		if e.Slot != lease.KindReboot {
 			continue
@@ -145,6 +165,40 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 		}
 		t.Cycles = append(t.Cycles, *c)
 	}
+	nodes := make([]string, 0, len(stageGrant))
+	for node := range stageGrant {
+		nodes = append(nodes, node)
+	}
+	sort.Strings(nodes)
+	wave0 := map[string]time.Time{}
+	for _, c := range t.Cycles {
+		if c.Wave == 0 {
+			wave0[c.Node] = c.Grant
+		}
+	}
+	for _, node := range nodes {
+		g := stageGrant[node]
+		t.Stage[StageCreatedGrant] = append(t.Stage[StageCreatedGrant], g.Sub(created))
+		first := func(kind invariant.Kind, from time.Time) time.Time {
+			for _, e := range byNode[node] {
+				if e.Kind == kind && !from.IsZero() && !e.At.Before(from) {
+					return e.At
+				}
+			}
+			return time.Time{}
+		}
+		start := first(invariant.StageStart, g)
+		end := first(invariant.StageEnd, start)
+		if !start.IsZero() {
+			t.Stage[StageGrantStart] = append(t.Stage[StageGrantStart], start.Sub(g))
+		}
+		if !end.IsZero() {
+			t.Stage[StageStartEnd] = append(t.Stage[StageStartEnd], end.Sub(start))
+			if rg, ok := wave0[node]; ok {
+				t.Stage[StageEndGrant] = append(t.Stage[StageEndGrant], max(0, rg.Sub(end)))
+			}
+		}
+	}
 	return t
 }
 
@@ -175,6 +229,10 @@ func LowerBound(stage, reboot time.Duration, nodes, maxUnavailable int) time.Dur
 func (t Timing) Report(maxWaves int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  pool creation→first reboot grant %s\n", ms(t.FirstGrant.Sub(t.Created)))
+	for _, h := range StageOrder {
+		ds := t.Stage[h]
+		fmt.Fprintf(&b, "  %-32s median %8s  p95 %8s  (n=%d)\n", h, ms(Quantile(ds, 0.5)), ms(Quantile(ds, 0.95)), len(ds))
+	}
 	for _, h := range HopOrder {
 		ds := t.Hops[h]
 		fmt.Fprintf(&b, "  %-32s median %8s  p95 %8s  (n=%d)\n", h, ms(Quantile(ds, 0.5)), ms(Quantile(ds, 0.95)), len(ds))

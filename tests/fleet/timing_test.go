@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -39,12 +40,21 @@ func TestExtractTiming(t *testing.T) {
 		makespan   time.Duration
 		firstGrant time.Duration
 		hops       map[string][]time.Duration
+		stage      map[string][]time.Duration
 		incomplete int
 		waves      []int
 	}{
 		{
-			name:   "two waves on one slot",
-			events: append(append([]invariant.Event{{At: at(500), Kind: invariant.LeaseVersion, Pool: "p", Lease: "p-stage-0", Slot: lease.KindStage, Holder: "a"}}, cycle(1000, "p-reboot-0", "a")...), cycle(4600, "p-reboot-0", "b")...),
+			name: "two waves on one slot",
+			events: append(append([]invariant.Event{
+				{At: at(500), Kind: invariant.LeaseVersion, Pool: "p", Lease: "p-stage-0", Slot: lease.KindStage, Holder: "a"},
+				node(520, invariant.StageStart, "a"),
+				node(900, invariant.StageEnd, "a"),
+			}, cycle(1000, "p-reboot-0", "a")...), cycle(4600, "p-reboot-0", "b")...),
+			stage: map[string][]time.Duration{
+				StageCreatedGrant: {500 * time.Millisecond}, StageGrantStart: {20 * time.Millisecond},
+				StageStartEnd: {380 * time.Millisecond}, StageEndGrant: {100 * time.Millisecond},
+			},
 			// b's release at 4600+3400.
 			makespan: 8000 * time.Millisecond, firstGrant: time.Second,
 			hops: map[string][]time.Duration{
@@ -127,6 +137,13 @@ func TestExtractTiming(t *testing.T) {
 							t.Errorf("%s: %v, want %v", h, g, w)
 							break
 						}
+					}
+				}
+			}
+			if tc.stage != nil {
+				for _, h := range StageOrder {
+					if g, w := got.Stage[h], tc.stage[h]; fmt.Sprint(g) != fmt.Sprint(w) {
+						t.Errorf("%s: %v, want %v", h, g, w)
 					}
 				}
 			}
