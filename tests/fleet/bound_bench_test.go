@@ -14,6 +14,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/agent/agent"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
@@ -111,6 +112,12 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 		b.Fatal(err)
 	}
 	gets0, puts0, lists0 := harnessNodeGets.Load(), harnessNodeStatusPuts.Load(), harnessPodLists.Load()
+	sctx, stopStatus := context.WithCancel(ctx)
+	defer stopStatus()
+	status, err := f.WatchStatus(sctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	created := time.Now()
 	p.Create("v2", opts)
 	stop := progress(p, v2, created, 30*time.Second)
@@ -143,6 +150,7 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	fmt.Fprintf(&w, "rollout bound: N=%d M=%d S=%s R=%s, %s, coordinator binary at production defaults\n", n, m, boundStage, boundReboot, kind)
 	fmt.Fprintf(&w, "  makespan %s, LB %s, makespan/LB %.3f (waited %s until every slot was seen free)\n",
 		ms(t.Makespan()), lb, t.Makespan().Seconds()/lb.Seconds(), ms(wall))
+	w.WriteString(status.Report(created, "desired", string(fleetv1.PhaseWaiting), string(fleetv1.PhaseStaging), string(fleetv1.PhaseStaged)))
 	w.WriteString(t.Report(12))
 	delta := Since(reqs0, reqs1)
 	fmt.Fprintf(&w, "  API requests per node update (API server metrics, everything): %s\n", PerNode(delta, n))

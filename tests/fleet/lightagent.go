@@ -162,6 +162,10 @@ func (n *SimNode) runLight(ctx, hostCtx context.Context, hub *lightHub) {
 		}
 		hub.mu.Unlock()
 	}()
+	// The real agent's informers open its connection to the API server as
+	// it starts; the light agent's first request would otherwise pay for
+	// the TLS handshake when its BootcNode appears.
+	_ = rc.Get().Resource("bootcnodes").Name(n.Name).Do(ctx).Error()
 	for {
 		next := a.round(ctx)
 		t := time.NewTimer(next)

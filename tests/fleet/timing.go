@@ -142,10 +142,21 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 		}
 		// The cordon comes from the Node watch, the grant from the Lease
 		// watch: their receipt order can flip by a few milliseconds, so a
-		// cordon up to cordonSlack before the grant is this cycle's (a node
+		// cordon up to watchSlack before the grant is this cycle's (a node
 		// goes through one cycle per rollout), and its hop counts as 0.
-		c.Cordon = after(invariant.Cordon, c.Grant.Add(-cordonSlack))
-		c.Unlock = after(invariant.Apply, c.Drained)
+		early := func(at time.Time) time.Time {
+			if at.IsZero() {
+				return at
+			}
+			return at.Add(-watchSlack)
+		}
+		c.Cordon = after(invariant.Cordon, early(c.Grant))
+		// Likewise an agent acting on its informer's copy of phase Reboot
+		// can log its unlock before the recorder's watch delivers it.
+		c.Unlock = after(invariant.Apply, early(c.Drained))
+		if !c.Unlock.IsZero() && c.Unlock.Before(c.Grant) {
+			c.Unlock = after(invariant.Apply, c.Grant) // not before this cycle's grant
+		}
 		c.Request = after(invariant.Reboot, c.Unlock)
 		c.Boot = after(invariant.Boot, c.Request)
 		steps := []time.Time{c.Grant, c.Cordon, c.Drained, c.Unlock, c.Request, c.Boot, c.Release}
@@ -202,8 +213,8 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 	return t
 }
 
-// cordonSlack: see ExtractTiming.
-const cordonSlack = time.Second
+// watchSlack: see ExtractTiming.
+const watchSlack = time.Second
 
 // Quantile is the q-quantile (nearest rank) of ds; 0 when empty.
 func Quantile(ds []time.Duration, q float64) time.Duration {
