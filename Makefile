@@ -88,6 +88,11 @@ bench: ## Benchmarks: parsers, decision, planner, resolver, agent idle cost, fle
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) test -count=1 -run '^$$' -bench . -benchmem -timeout 30m \
 	  ./api/... ./agent/... ./coordinator/... ./tests/fleet/...
 
+.PHONY: bench-bound
+bench-bound: ## Rollout vs its lower bound: BENCH_NODES=100 (1000,5000 on a quiet machine), BENCH_AGENTS=real,light, BENCH_FILTER.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 BENCH_NODES="$${BENCH_NODES:-100}" \
+	  $(GO) test -count=1 -run '^$$' -bench '^BenchmarkRolloutBound$$'"$${BENCH_FILTER:-}" -benchtime 1x -timeout 120m ./tests/fleet/
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
 	$(GO) test ./api/lease -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $${FUZZTIME:-20s}

@@ -66,6 +66,10 @@ type Fleet struct {
 	agentOpts   func(*agent.Config)
 	coordCancel context.CancelFunc
 	coordDone   chan struct{}
+	coordBin    string
+	coordProc   *procProcess
+	light       bool
+	hub         *lightHub
 	logger      *slog.Logger
 	verbose     bool
 }
@@ -88,6 +92,13 @@ type Options struct {
 	Coordinator func(*controller.Options)
 	// Agent adjusts every agent's configuration.
 	Agent func(*agent.Config)
+	// CoordinatorBinary, when set, runs that bootc-fleet-coordinator
+	// executable as a child process at its production defaults (Coordinator
+	// does not apply) instead of in-process, so its CPU time and memory can
+	// be measured apart from the harness (CoordinatorPID).
+	CoordinatorBinary string
+	// LightAgents runs a LightAgent on every node instead of the real agent.
+	LightAgents bool
 }
 
 // PoolOptions configure one pool.
@@ -176,6 +187,7 @@ func Start(tb testing.TB, opts Options) *Fleet {
 		opts.Coordinator(&f.coordOpts)
 	}
 	f.agentOpts = opts.Agent
+	f.coordBin, f.light = opts.CoordinatorBinary, opts.LightAgents
 	go FinishPodDeletions(ctx, f.Kube, 50*time.Millisecond)
 	if err := Record(ctx, f.Kube, f.Log, poolOfNode); err != nil {
 		tb.Fatal(err)
@@ -257,6 +269,9 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 		}
 		return c
 	}
+	if f.light {
+		n.hub = f.lightHub()
+	}
 	if err := n.Kubelet.Register(f.ctx, m.BootID()); err != nil {
 		return nil, err
 	}
@@ -336,6 +351,10 @@ func (p *Pool) SetImage(tag string) error {
 // StartCoordinator runs the coordinator in-process with its own identity.
 func (f *Fleet) StartCoordinator() {
 	f.tb.Helper()
+	if f.coordBin != "" {
+		f.startCoordinatorProc()
+		return
+	}
 	c, err := controller.New(f.coordCfg, f.coordOpts)
 	if err != nil {
 		f.tb.Fatal(err)
@@ -373,7 +392,10 @@ func (f *Fleet) StopCoordinator() {
 	f.mu.Lock()
 	cancel, done := f.coordCancel, f.coordDone
 	f.coordCancel, f.coordDone = nil, nil
+	proc := f.coordProc
+	f.coordProc = nil
 	f.mu.Unlock()
+	proc.stop(10 * time.Second)
 	if cancel != nil {
 		cancel()
 		<-done

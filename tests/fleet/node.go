@@ -69,6 +69,7 @@ type SimNode struct {
 	stateDir  string
 	agentCfg  func() agent.Config
 	logger    *slog.Logger
+	hub       *lightHub // set: a LightAgent runs instead of the real agent
 
 	mu          sync.Mutex
 	cancel      context.CancelFunc
@@ -139,6 +140,13 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	n.cancel, n.done = cancel, done
+	if n.hub != nil {
+		go func() {
+			defer close(done)
+			n.runLight(actx, ctx, n.hub)
+		}()
+		return
+	}
 	deps := agent.Deps{
 		Bootc:   newMemBootc(n),
 		Host:    memHost{n, ctx},

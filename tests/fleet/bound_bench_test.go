@@ -1,0 +1,197 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
+	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+)
+
+// The shape of BenchmarkRolloutBound: every node stages at once (maxStaging
+// = N), a stage takes S, a reboot keeps a node down R, no pods.
+const (
+	boundStage  = 2 * time.Second
+	boundReboot = 3 * time.Second
+)
+
+// BenchmarkRolloutBound rolls an image over N nodes with maxUnavailable
+// N/10 against a real API server and the real coordinator binary (a child
+// process at its production defaults), and prints what users feel next to
+// the lower bound LB = S + ceil(N/M)·R: the makespan (pool creation to
+// every node booted on the target and every reboot slot released), the
+// breakdown of each reboot slot's cycle (median and p95 of each hop), the
+// API requests per node update from the API server's own metrics (the
+// product's writes apart from the harness's), and the coordinator's CPU
+// seconds and peak RSS.
+//
+// Sizes: BENCH_NODES, a comma-separated list (default "100"; 1000 and 5000
+// are for a quiet machine). Agents: BENCH_AGENTS, "real", "light" or both
+// (default "real,light" at 100 nodes, "light" above: in-process real agents
+// at 1,000+ would make the harness the load; see LightAgent). Each
+// combination is a sub-benchmark, so -bench 'RolloutBound/N=100/agents=real'
+// picks one.
+func BenchmarkRolloutBound(b *testing.B) {
+	if ok, why := envtest.Available(); !ok {
+		if os.Getenv("BOOTC_FLEET_REQUIRE_ENVTEST") == "1" {
+			b.Fatal(why)
+		}
+		b.Skip(why)
+	}
+	sizes := []int{100}
+	if v := os.Getenv("BENCH_NODES"); v != "" {
+		sizes = nil
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n <= 0 {
+				b.Fatalf("BENCH_NODES=%q: %q is not a node count", v, s)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	bin, err := BuildProcBinaries(context.Background(), filepath.Join(b.TempDir(), "bin"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range sizes {
+		kinds := []string{"real", "light"}
+		if n >= 1000 {
+			kinds = []string{"light"}
+		}
+		if v := os.Getenv("BENCH_AGENTS"); v != "" {
+			kinds = strings.Split(v, ",")
+		}
+		for _, kind := range kinds {
+			b.Run(fmt.Sprintf("N=%d/agents=%s", n, kind), func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					rolloutBound(b, n, max(1, n/10), kind == "light", bin.Coordinator)
+					b.StartTimer()
+				}
+			})
+		}
+	}
+}
+
+func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
+	f := Start(b, Options{
+		CoordinatorBinary: coordinator,
+		LightAgents:       light,
+		// The agent's production intervals: zero is its default.
+		Agent: func(c *agent.Config) {
+			c.PollInterval, c.SettleTimeout, c.RebootTimeout, c.RereadInterval = 0, 0, 0, 0
+			c.ReportInterval, c.StageRetry, c.CommandTimeout = 0, 0, 0
+		},
+	})
+	defer f.Stop()
+	opts := PoolOptions{Nodes: n, MaxUnavailable: m, MaxStaging: n, HaltAfter: 1}
+	opts.Behaviour = func(int) NodeBehaviour { return NodeBehaviour{BootTime: boundReboot, StageTime: boundStage} }
+	setup := time.Now()
+	p := f.AddPool("bench", opts)
+	fmt.Fprintf(os.Stderr, "rollout bound: %d nodes set up in %s\n", n, time.Since(setup).Round(time.Second))
+	v2 := p.Push("v2")
+	ctx := context.Background()
+	pid := f.CoordinatorPID()
+	use0, err := ReadProcUsage(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs0, err := f.APIRequests(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gets0, puts0, lists0 := harnessNodeGets.Load(), harnessNodeStatusPuts.Load(), harnessPodLists.Load()
+	sctx, stopStatus := context.WithCancel(ctx)
+	defer stopStatus()
+	status, err := f.WatchStatus(sctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	created := time.Now()
+	p.Create("v2", opts)
+	stop := progress(p, v2, created, 30*time.Second)
+	done := waitFor(ctx, 30*time.Minute, func() bool {
+		ok, _ := p.Converged(v2)
+		return ok && rebootSlotsFree(ctx, f, p.Name)
+	})
+	stop()
+	wall := time.Since(created)
+	if !done {
+		_, waiting := p.Converged(v2)
+		b.Fatalf("%d nodes did not converge; waiting for %.300s", n, waiting)
+	}
+	use1, err := ReadProcUsage(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs1, err := f.APIRequests(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gets, puts, lists := harnessNodeGets.Load()-gets0, harnessNodeStatusPuts.Load()-puts0, harnessPodLists.Load()-lists0
+	t := ExtractTiming(p.Events(), p.Name, created)
+	lb := LowerBound(boundStage, boundReboot, n, m)
+	kind := "real agents (in-process)"
+	if light {
+		kind = "light agents"
+	}
+	var w strings.Builder
+	fmt.Fprintf(&w, "rollout bound: N=%d M=%d S=%s R=%s, %s, coordinator binary at production defaults\n", n, m, boundStage, boundReboot, kind)
+	fmt.Fprintf(&w, "  makespan %s, LB %s, makespan/LB %.3f (waited %s until every slot was seen free)\n",
+		ms(t.Makespan()), lb, t.Makespan().Seconds()/lb.Seconds(), ms(wall))
+	w.WriteString(status.Report(created, "desired", string(fleetv1.PhaseWaiting), string(fleetv1.PhaseStaging), string(fleetv1.PhaseStaged)))
+	w.WriteString(t.Report(12))
+	delta := Since(reqs0, reqs1)
+	fmt.Fprintf(&w, "  API requests per node update (API server metrics, everything): %s\n", PerNode(delta, n))
+	writes := int64(0)
+	for _, c := range delta {
+		switch strings.SplitN(c.What, " ", 2)[0] {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+			writes += c.Count
+		}
+	}
+	// The harness's kubelets write nodes/status (NotReady, Ready) and the
+	// test itself created the pool; everything else written is the product's.
+	product := writes - puts - 1
+	fmt.Fprintf(&w, "  writes by the product per node update: %.2f (all writes %.2f, minus the harness's kubelets' %.2f nodes/status PUTs and the pool's creation)\n",
+		float64(product)/float64(n), float64(writes)/float64(n), float64(puts)/float64(n))
+	fmt.Fprintf(&w, "  harness reads per node update: %.2f GET nodes (kubelets), %.2f LIST pods (the pod-deletion loop, every 50 ms)\n",
+		float64(gets)/float64(n), float64(lists)/float64(n))
+	fmt.Fprintf(&w, "  coordinator: %.2f CPU s during the rollout (%.2f s since start), peak RSS %.1f MiB, RSS at the end %.1f MiB\n",
+		(use1.CPU - use0.CPU).Seconds(), use1.CPU.Seconds(), float64(use1.PeakRSS)/(1<<20), float64(use1.RSS)/(1<<20))
+	fmt.Fprint(os.Stderr, w.String())
+	if v := p.Check(v2, invariant.Pool{MaxUnavailable: m, MaxStaging: n, HaltAfter: 1}); len(v) > 0 {
+		b.Fatalf("%d violations, first: %s", len(v), v[0])
+	}
+	b.ReportMetric(t.Makespan().Seconds(), "makespan_s")
+	b.ReportMetric(t.Makespan().Seconds()/lb.Seconds(), "makespan/LB")
+	b.ReportMetric(float64(product)/float64(n), "writes/node")
+	b.ReportMetric((use1.CPU - use0.CPU).Seconds(), "coord_cpu_s")
+	b.ReportMetric(float64(use1.PeakRSS)/(1<<20), "coord_peak_MiB")
+}
+
+// rebootSlotsFree: no reboot slot Lease of the pool has a holder.
+func rebootSlotsFree(ctx context.Context, f *Fleet, pool string) bool {
+	ls, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: lease.LabelPool + "=" + pool + "," + lease.LabelSlot + "=" + string(lease.KindReboot)})
+	if err != nil || len(ls.Items) == 0 {
+		return false
+	}
+	for _, l := range ls.Items {
+		if l.Labels[lease.LabelHolder] != "" {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,86 @@
+package fleet
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// startCoordinatorProc runs the coordinator binary with its production
+// defaults (intervals, lease duration, workers), metrics and probes off,
+// talking to the API server directly as the coordinator's ServiceAccount.
+func (f *Fleet) startCoordinatorProc() {
+	kc, err := f.Env.KubeconfigFor(f.dir, CoordinatorIdentity, "system:serviceaccounts", "system:serviceaccounts:bootc-fleet-system")
+	if err != nil {
+		f.tb.Fatal(err)
+	}
+	out, err := os.OpenFile(filepath.Join(f.dir, "coordinator.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		f.tb.Fatal(err)
+	}
+	defer out.Close()
+	p, err := startProc(f.coordBin, []string{"--kubeconfig", kc, "--metrics-bind-address", "0",
+		"--health-probe-bind-address", "0", "--insecure-registry", f.Registry}, minimalEnv(), out)
+	if err != nil {
+		f.tb.Fatal(err)
+	}
+	f.mu.Lock()
+	f.coordProc = p
+	f.mu.Unlock()
+}
+
+// CoordinatorPID is the coordinator process's id (0 when in-process).
+func (f *Fleet) CoordinatorPID() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.coordProc == nil {
+		return 0
+	}
+	return f.coordProc.cmd.Process.Pid
+}
+
+// ProcUsage is a process's CPU time so far (user+system) and its resident
+// memory now and at its peak (VmRSS, VmHWM), from /proc.
+type ProcUsage struct {
+	CPU          time.Duration
+	RSS, PeakRSS int64 // bytes
+}
+
+// ReadProcUsage reads pid's usage.
+func ReadProcUsage(pid int) (ProcUsage, error) {
+	var u ProcUsage
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// Fields after the command name (which may contain spaces) start at ")".
+	rest := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+	if len(rest) < 13 {
+		return u, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, _ := strconv.ParseInt(rest[11], 10, 64)
+	stime, _ := strconv.ParseInt(rest[12], 10, 64)
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	u.CPU = time.Duration(utime+stime) * time.Second / ticksPerSecond
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			u.RSS = v << 10
+		case "VmHWM:":
+			u.PeakRSS = v << 10
+		}
+	}
+	return u, nil
+}

@@ -1,0 +1,322 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+)
+
+// LightAgent stands in for bootc-fleet-agent where thousands of real agents
+// in one process would make the harness, not the product, the load. It
+// speaks the same protocol through the same API server: it reads its
+// BootcNode's spec and the slot Leases granted to it, and writes its
+// BootcNode status as its node (system:node:<name>, so RBAC, NodeRestriction
+// and the admission policies apply) with the fields the real agent writes
+// (observedGeneration, bootID, softRebootCount, booted/staged/rollback,
+// phase, reason, message, the GrantsReadable and APIAccess conditions,
+// agentVersion, lastReportTime) and lists the grants it works under in
+// status.grants, heartbeating at lease duration / HeartbeatsPerLease as the
+// real agent does. It uses a grant only after a report listing it was
+// accepted, never writes a Lease, stages (StageTime later the machine has
+// the desired image staged, locked) only under a stage grant of this boot
+// and image, and unlocks and reboots only under a reboot grant in phase
+// Reboot of this boot and image; the machine's reboot is the same SimNode
+// reboot the real agents get.
+//
+// How it differs from the real agent:
+//   - no bootc process or CLI: it reads and changes the in-memory machine
+//     directly (no bootc status parsing, no sysroot lock, no stale window);
+//   - no D-Bus/logind and no sd_notify; no soft reboot (full reboots only);
+//   - no confirm read: the real agent GETs the grant's Lease (a quorum read)
+//     right before stage, unlock and reboot; the light agent acts on its
+//     informer copy (its events name that copy's resourceVersion);
+//   - no reboot record on disk and no settle or reboot timeouts, no stage
+//     retries, no degraded phases, no signature policy;
+//   - one shared informer (the harness's own identity) watches every
+//     BootcNode and slot Lease for all light agents, instead of two watches
+//     per node filtered to the node: fewer LIST/WATCH requests, the same
+//     writes;
+//   - no 250 ms minimum gap between rounds: it acts on each change at once.
+type LightAgent struct {
+	n     *SimNode
+	hub   *lightHub
+	fleet rest.Interface
+	pokes chan struct{}
+
+	lastReport   map[string]any
+	lastReportAt time.Time
+	credited     map[lease.ID]bool // grants listed in an accepted report
+	staging      atomic.Bool
+	rebooting    bool
+	hostCtx      context.Context // the harness's, outliving the agent
+}
+
+// lightHub is the light agents' shared informer of BootcNodes and Leases.
+type lightHub struct {
+	nodes, leases cache.SharedIndexInformer
+	mu            sync.Mutex
+	agents        map[string]*LightAgent
+}
+
+func fleetREST(cfg *rest.Config) (rest.Interface, error) {
+	scheme := runtime.NewScheme()
+	if err := fleetv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	fc := rest.CopyConfig(cfg)
+	fc.GroupVersion = &fleetv1.GroupVersion
+	fc.APIPath = "/apis"
+	fc.ContentType = runtime.ContentTypeJSON
+	fc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	return rest.RESTClientFor(fc)
+}
+
+// lightHub starts (once) the shared informer.
+func (f *Fleet) lightHub() *lightHub {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hub != nil {
+		return f.hub
+	}
+	rc, err := fleetREST(f.Env.Config)
+	if err != nil {
+		f.tb.Fatal(err)
+	}
+	h := &lightHub{agents: map[string]*LightAgent{}}
+	h.nodes = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(rc, "bootcnodes", metav1.NamespaceAll, fields.Everything()),
+		&fleetv1.BootcNode{}, 0, cache.Indexers{})
+	h.leases = informers.NewSharedInformerFactoryWithOptions(f.Kube, 0, informers.WithNamespace(lease.Namespace)).
+		Coordination().V1().Leases().Informer()
+	_ = h.leases.AddIndexers(cache.Indexers{"holder": func(o any) ([]string, error) {
+		if l, ok := o.(*coordinationv1.Lease); ok && l.Labels[lease.LabelHolder] != "" {
+			return []string{l.Labels[lease.LabelHolder]}, nil
+		}
+		return nil, nil
+	}})
+	pokeNode := func(o any) {
+		if bn, ok := o.(*fleetv1.BootcNode); ok {
+			h.poke(bn.Name)
+		}
+	}
+	pokeLease := func(o any) {
+		if l, ok := o.(*coordinationv1.Lease); ok {
+			h.poke(l.Labels[lease.LabelHolder])
+		}
+	}
+	_, _ = h.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeNode, UpdateFunc: func(_, o any) { pokeNode(o) }})
+	_, _ = h.leases.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeLease,
+		UpdateFunc: func(old, o any) { pokeLease(old); pokeLease(o) }, DeleteFunc: pokeLease})
+	go h.nodes.RunWithContext(f.ctx)
+	go h.leases.RunWithContext(f.ctx)
+	cache.WaitForCacheSync(f.ctx.Done(), h.nodes.HasSynced, h.leases.HasSynced)
+	f.hub = h
+	return h
+}
+
+func (h *lightHub) poke(node string) {
+	h.mu.Lock()
+	a := h.agents[node]
+	h.mu.Unlock()
+	if a != nil {
+		select {
+		case a.pokes <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runLight runs n's light agent until ctx ends (a reboot or StopAgent).
+func (n *SimNode) runLight(ctx, hostCtx context.Context, hub *lightHub) {
+	rc, err := fleetREST(n.rest)
+	if err != nil {
+		n.logger.Error("light agent did not start", "err", err)
+		return
+	}
+	a := &LightAgent{n: n, hub: hub, fleet: rc, pokes: make(chan struct{}, 1), credited: map[lease.ID]bool{}, hostCtx: hostCtx}
+	hub.mu.Lock()
+	hub.agents[n.Name] = a
+	hub.mu.Unlock()
+	defer func() {
+		hub.mu.Lock()
+		if hub.agents[n.Name] == a {
+			delete(hub.agents, n.Name)
+		}
+		hub.mu.Unlock()
+	}()
+	// The real agent's informers open its connection to the API server as
+	// it starts; the light agent's first request would otherwise pay for
+	// the TLS handshake when its BootcNode appears.
+	_ = rc.Get().Resource("bootcnodes").Name(n.Name).Do(ctx).Error()
+	for {
+		next := a.round(ctx)
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-a.pokes:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// round observes, reports and acts once; it returns when to look again.
+func (a *LightAgent) round(ctx context.Context) time.Duration {
+	n := a.n
+	obj, ok, _ := a.hub.nodes.GetStore().GetByKey(n.Name)
+	if !ok || a.rebooting {
+		return time.Minute
+	}
+	bn := obj.(*fleetv1.BootcNode)
+	st := n.Machine.State()
+	n.mu.Lock()
+	n.lastContent = n.Machine.Boot() // it reads the machine itself: never stale
+	n.mu.Unlock()
+	desired := bn.Spec.DesiredImage
+	var stage, reboot *lease.Grant
+	var stageRV, rebootRV string
+	var claims []fleetv1.GrantInUse
+	var every time.Duration = 5 * time.Minute
+	objs, _ := a.hub.leases.GetIndexer().ByIndex("holder", n.Name)
+	for _, o := range objs {
+		l := o.(*coordinationv1.Lease)
+		g, err := lease.Parse(l)
+		if err != nil || g.Holder != n.Name || g.Failure != "" || g.BootID != st.BootID || desired == "" || g.Image.String() != desired {
+			continue
+		}
+		if g.Kind == lease.KindReboot && st.Booted != nil && st.Booted.Digest == g.Image.Digest {
+			continue // spent: the coordinator is verifying it
+		}
+		claims = append(claims, fleetv1.GrantInUse{Lease: l.Name, UID: g.UID, LeaseTransitions: g.Transitions})
+		every = min(every, g.Duration/lease.HeartbeatsPerLease)
+		if g.Kind == lease.KindStage {
+			stage, stageRV = &g, l.ResourceVersion
+		} else {
+			reboot, rebootRV = &g, l.ResourceVersion
+		}
+	}
+	onDesired := func(d *testbootc.Deployment) bool { return d != nil && desired != "" && d.Image == desired }
+	phase, msg := fleetv1.PhaseWaiting, "waiting for a stage grant"
+	switch {
+	case desired == "" || onDesired(st.Booted):
+		phase, msg = fleetv1.PhaseIdle, "booted on the desired image"
+	case onDesired(st.Staged) && !st.Staged.DownloadOnly:
+		phase, msg = fleetv1.PhaseRebooting, "rebooting into the staged image"
+	case onDesired(st.Staged):
+		phase, msg = fleetv1.PhaseStaged, "staged; waiting for a reboot grant in phase Reboot"
+	case a.staging.Load() || stage != nil:
+		phase, msg = fleetv1.PhaseStaging, "staging the desired image"
+	}
+	if phase != fleetv1.PhaseIdle {
+		every = min(every, 15*time.Second)
+	}
+	if !a.report(ctx, bn, st, phase, msg, claims, every) {
+		return time.Second // retried after a pause, as the real agent does
+	}
+	switch {
+	case phase == fleetv1.PhaseStaging && stage != nil && a.credited[stage.ID] && !a.staging.Load():
+		a.staging.Store(true)
+		n.trace(agent.Step{Kind: "stage", Lease: stage.Lease, ResourceVersion: stageRV})
+		n.log.Add(n.event(invariant.StageStart, desired))
+		n.setStaging(true)
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(n.behave().StageTime):
+				_, _ = n.Machine.SwitchTo(desired, true)
+			}
+			n.setStaging(false)
+			n.log.Add(invariant.Event{Kind: invariant.StageEnd, Node: n.Name, Pool: n.Pool, Image: desired})
+			a.staging.Store(false)
+			a.hub.poke(n.Name)
+		}()
+	case phase == fleetv1.PhaseStaged && reboot != nil && reboot.Phase == lease.PhaseReboot && a.credited[reboot.ID]:
+		n.trace(agent.Step{Kind: "apply", Lease: reboot.Lease, ResourceVersion: rebootRV})
+		a.report(ctx, bn, st, fleetv1.PhaseRebooting, "rebooting into the staged image", claims, every)
+		n.log.Add(n.event(invariant.Apply, desired))
+		if err := n.Machine.Apply(); err != nil {
+			return time.Second
+		}
+		n.log.Add(n.event(invariant.Unlocked, desired))
+		n.trace(agent.Step{Kind: "reboot", Lease: reboot.Lease, ResourceVersion: rebootRV})
+		n.log.Add(n.event(invariant.Reboot, desired))
+		a.rebooting = true
+		n.Reboot(a.hostCtx, true)
+		return time.Minute
+	}
+	return every
+}
+
+// report writes the status when it changed or a heartbeat is due; it
+// reports whether the status the API server has is current.
+func (a *LightAgent) report(ctx context.Context, bn *fleetv1.BootcNode, st testbootc.State, phase fleetv1.NodePhase, msg string, claims []fleetv1.GrantInUse, every time.Duration) bool {
+	dep := func(d *testbootc.Deployment) any {
+		if d == nil {
+			return nil
+		}
+		return fleetv1.Deployment{Image: d.Image, Digest: d.Digest, DownloadOnly: d.DownloadOnly}
+	}
+	conds := append([]metav1.Condition(nil), bn.Status.Conditions...)
+	meta.SetStatusCondition(&conds, metav1.Condition{Type: agent.ConditionGrantsReadable, Status: metav1.ConditionTrue,
+		Reason: agent.ReasonGrantsValid, Message: "every lease labelled with this node follows the slot protocol", ObservedGeneration: bn.Generation})
+	meta.SetStatusCondition(&conds, metav1.Condition{Type: fleetv1.ConditionAPIAccess, Status: metav1.ConditionTrue,
+		Reason: fleetv1.ReasonAPIAccessOK, Message: "the API server accepts every request of this agent", ObservedGeneration: bn.Generation})
+	if claims == nil {
+		claims = []fleetv1.GrantInUse{}
+	}
+	fields := map[string]any{
+		"observedGeneration": bn.Generation, "bootID": st.BootID, "softRebootCount": st.SoftRebootCount,
+		"booted": dep(st.Booted), "staged": dep(st.Staged), "rollback": dep(st.Rollback),
+		"phase": phase, "reason": "", "message": msg, "conditions": conds, "grants": claims, "agentVersion": "fleet-light",
+	}
+	same := false
+	if a.lastReport != nil {
+		x, _ := json.Marshal(fields)
+		y, _ := json.Marshal(a.lastReport)
+		same = string(x) == string(y)
+	}
+	if same && time.Since(a.lastReportAt) < every {
+		return true
+	}
+	sent := time.Now()
+	body := map[string]any{}
+	for k, v := range fields {
+		body[k] = v
+	}
+	body["lastReportTime"] = metav1.NewMicroTime(sent)
+	raw, err := json.Marshal(map[string]any{"status": body})
+	if err != nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.fleet.Patch(types.MergePatchType).Resource("bootcnodes").Name(a.n.Name).SubResource("status").Body(raw).Do(pctx).Error(); err != nil {
+		a.n.logger.Info("light agent: status report failed", "err", err)
+		return false
+	}
+	a.lastReport, a.lastReportAt = fields, sent
+	for _, c := range claims {
+		a.credited[lease.ID{Lease: c.Lease, UID: c.UID, Transitions: c.LeaseTransitions}] = true
+	}
+	return true
+}
