@@ -48,9 +48,15 @@ func FailingDownload(ctx context.Context, f *Fleet, seed int64) Result {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, fmt.Sprintf("the nodes behind a failing download did not converge; waiting for %s; pool %+v", waiting, p.Status()))
 	}
+	// The failing node keeps being offered the free slot and keeps failing:
+	// between its attempts, and after it lets go, it says StageFailed.
 	bn := &fleetv1.BootcNode{}
-	if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: bad.Name}, bn); err != nil || bn.Status.Reason != fleetv1.ReasonStageFailed {
-		res.Problems = append(res.Problems, fmt.Sprintf("failing node %s reports %s/%s (%v), want reason StageFailed", bad.Name, bn.Status.Phase, bn.Status.Reason, err))
+	var getErr error
+	if !waitFor(ctx, 60*time.Second, func() bool {
+		getErr = f.Env.Client.Get(ctx, client.ObjectKey{Name: bad.Name}, bn)
+		return getErr == nil && bn.Status.Reason == fleetv1.ReasonStageFailed
+	}) {
+		res.Problems = append(res.Problems, fmt.Sprintf("failing node %s reports %s/%s (%v), want reason StageFailed", bad.Name, bn.Status.Phase, bn.Status.Reason, getErr))
 	}
 	if p.Halted() {
 		res.Problems = append(res.Problems, "the pool halted on a download failure")
