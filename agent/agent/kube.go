@@ -10,8 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -51,19 +49,11 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := fleetv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
 	fc := rest.CopyConfig(cfg)
-	fc.GroupVersion = &fleetv1.GroupVersion
-	fc.APIPath = "/apis"
-	fc.ContentType = runtime.ContentTypeJSON
-	fc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	if fc.UserAgent == "" {
 		fc.UserAgent = "bootc-fleet-agent/" + node
 	}
-	fleet, err := rest.RESTClientFor(fc)
+	fleet, err := fleetv1.NewRESTClient(fc)
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
@@ -77,18 +75,7 @@ type lightHub struct {
 	agents        map[string]*LightAgent
 }
 
-func fleetREST(cfg *rest.Config) (rest.Interface, error) {
-	scheme := runtime.NewScheme()
-	if err := fleetv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	fc := rest.CopyConfig(cfg)
-	fc.GroupVersion = &fleetv1.GroupVersion
-	fc.APIPath = "/apis"
-	fc.ContentType = runtime.ContentTypeJSON
-	fc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	return rest.RESTClientFor(fc)
-}
+func fleetREST(cfg *rest.Config) (rest.Interface, error) { return fleetv1.NewRESTClient(cfg) }
 
 // lightHub starts (once) the shared informer.
 func (f *Fleet) lightHub() *lightHub {
