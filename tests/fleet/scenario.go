@@ -82,8 +82,16 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	// Odd seeds run a bootc with `switch --download-only`, even seeds one
 	// without it (stage = switch, then upgrade --download-only).
 	gen := generationFor(seed)
-	opts.Behaviour = func(int) NodeBehaviour {
-		return NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage, Generation: gen}
+	opts.Behaviour = func(i int) NodeBehaviour {
+		b := NodeBehaviour{BootTime: boot, StaleAfterReboot: stale, StageTime: stage, Generation: gen}
+		// The nodes that stage in the second round (their slot is handed on
+		// in the pass that grants the first reboot) download for longer, so
+		// their stage spans the first node's drain and reboot even when a
+		// loaded machine slows the reboot down.
+		if i >= opts.MaxStaging {
+			b.StageTime = stage + boot + 3*time.Second
+		}
+		return b
 	}
 	res := Result{Seed: seed, Pool: name}
 	p := f.AddPool(name, opts)
