@@ -3,9 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"slices"
+	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/go-logr/logr"
@@ -22,22 +25,35 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
 )
 
-// apply makes the plan's changes, in order, and stops at the first failure:
-// releases come before grants, so a grant is never written after a failed
-// release it was counted on. Every slot change is one Update of the Lease as
-// read; a concurrent writer makes it fail with Conflict. applied reports
-// whether any slot changed.
+// writeParallelism bounds the writes one pass has in flight: a wave of a
+// 1,000-node pool grants 100 slots, and written one after another they
+// would hold every release behind them for a second.
+const writeParallelism = 16
+
+// apply makes the plan's changes and stops at the first failure. Each slot's
+// changes of the pass are one Update of the Lease as read (a release and the
+// grant that hands the slot on are one write), so a concurrent writer makes
+// it fail with Conflict. Slots are independent, so their writes go out
+// concurrently, in rounds (slotRounds): what a grant counts on is written
+// before it. applied reports whether any slot changed.
 func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, in plan.Input, out plan.Output) (applied bool, err error) {
-	for _, ref := range out.CreateSlots {
+	if err := r.parallel(ctx, len(out.CreateSlots), func(ctx context.Context, i int) error {
+		ref := out.CreateSlots[i]
 		l := plan.NewSlotLease(pool.Name, ref)
 		if err := controllerutil.SetOwnerReference(pool, l, r.client.Scheme()); err != nil {
-			return applied, err
+			return err
 		}
-		if err := r.client.Create(ctx, l); err != nil && !kerrors.IsAlreadyExists(err) {
-			return applied, fmt.Errorf("creating slot Lease %s: %w", ref.Name, err)
+		switch err := r.client.Create(ctx, l); {
+		case err == nil:
+			r.writes.wrote(pool.Name, kindLease, l)
+		case !kerrors.IsAlreadyExists(err):
+			return fmt.Errorf("creating slot Lease %s: %w", ref.Name, err)
 		}
-		applied = true
+		return nil
+	}); err != nil {
+		return len(out.CreateSlots) > 0, err
 	}
+	applied = len(out.CreateSlots) > 0
 	for _, name := range out.DeleteSlots {
 		l := w.leases[name]
 		// Only the free slot as read: a grant written since makes this fail.
@@ -45,16 +61,28 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		if err := r.client.Delete(ctx, l, pre); err != nil && !kerrors.IsNotFound(err) {
 			return applied, fmt.Errorf("deleting surplus slot Lease %s: %w", name, err)
 		}
+		r.writes.deleted(pool.Name, kindLease, l)
 	}
 
-	for _, c := range out.Changes {
-		if err := r.applyChange(ctx, log, pool.Name, w, c, in.Now); err != nil {
+	for _, round := range slotRounds(out.Changes) {
+		written := make([]*coordinationv1.Lease, len(round))
+		err := r.parallel(ctx, len(round), func(ctx context.Context, i int) error {
+			l, err := r.applySlot(ctx, log, pool, w.leases[round[i][0].Slot], round[i], in.Now)
+			written[i] = l
+			return err
+		})
+		for _, l := range written {
+			if l != nil {
+				w.leases[l.Name] = l
+				applied = true
+			}
+		}
+		if err != nil {
 			return applied, err
 		}
-		applied = true
 	}
 	for _, node := range out.Uncordon {
-		if err := r.opts.Drainer.Uncordon(ctx, node); err != nil {
+		if err := r.uncordon(ctx, pool.Name, node); err != nil {
 			return applied, err
 		}
 	}
@@ -79,18 +107,74 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		if err := r.client.Status().Update(ctx, p); err != nil {
 			return applied, fmt.Errorf("updating pool status: %w", err)
 		}
+		r.writes.wrote(pool.Name, kindPool, p)
 	}
 	r.observeMetrics(pool.Name, w, in, out)
 	return applied, nil
 }
 
-// recordEvents records the plan's Events on the pool (or the BootcNode they
-// are about) and, for those about a node, on its Node and BootcNode too, so
-// `kubectl describe node` and `kubectl describe bootcnode` tell its story. The pool's Event
-// names the node as its related object: events.k8s.io/v1 folds Events with
-// the same reason, regarding and related object into one series that keeps
-// the first note, so without it the grant of the second node would only
-// raise the count on the first node's Event.
+// slotRounds groups the pass's changes by slot (in the plan's order within
+// each slot: a release and the grant handing the slot on are one write) and
+// orders the slots into rounds, each written concurrently once the one
+// before succeeded, so a grant is never written after a failed release it
+// was counted on: a reboot grant counts on the reboot slots freed and on its
+// node's own stage slot being released, a stage grant on the stage slots
+// freed. Reboot grants do not wait behind a wave of stage releases.
+func slotRounds(changes []plan.SlotChange) [][][]plan.SlotChange {
+	var order []string
+	by := map[string][]plan.SlotChange{}
+	rebootGranted := map[string]bool{}
+	for _, c := range changes {
+		if _, ok := by[c.Slot]; !ok {
+			order = append(order, c.Slot)
+		}
+		by[c.Slot] = append(by[c.Slot], c)
+		if c.Op == plan.OpGrant && c.Kind == lease.KindReboot {
+			rebootGranted[c.Node] = true
+		}
+	}
+	rounds := make([][][]plan.SlotChange, 3)
+	for _, slot := range order {
+		chain := by[slot]
+		grant := slices.ContainsFunc(chain, func(c plan.SlotChange) bool { return c.Op == plan.OpGrant })
+		kind := chain[0].Kind
+		switch {
+		case !grant && (kind == lease.KindReboot || rebootGranted[chain[0].Node]):
+			rounds[0] = append(rounds[0], chain)
+		case kind == lease.KindReboot || !grant:
+			rounds[1] = append(rounds[1], chain)
+		default:
+			rounds[2] = append(rounds[2], chain)
+		}
+	}
+	return rounds
+}
+
+// parallel runs do(0..n-1), at most writeParallelism at a time, and returns
+// the first error; after one, no new call starts.
+func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx context.Context, i int) error) error {
+	if n == 1 {
+		return do(ctx, 0)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(writeParallelism)
+	for i := range n {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return do(gctx, i) })
+	}
+	return g.Wait()
+}
+
+// recordEvents records the plan's Events. One about a node goes on its Node
+// and its BootcNode, with the pool as related object, so `kubectl describe
+// node` and `kubectl describe bootcnode` tell its story; a Warning about a
+// node also goes on the pool, with the Node as related object (without it
+// events.k8s.io/v1 would fold the Events of different nodes with the same
+// reason into one series that keeps the first note). Routine progress stays
+// off the pool: at 5,000 nodes it would be five Events per node there, one
+// API write each, in a list no one reads.
 func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, out plan.Output) {
 	for _, e := range out.Events {
 		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
@@ -104,7 +188,9 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 		}
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.Node, UID: uid}}
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
-		r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		if e.Type != corev1.EventTypeNormal {
+			r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		}
 		r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 		if bn := w.bootcNodes[e.Node]; bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name {
 			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
@@ -112,27 +198,63 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 	}
 }
 
-func (r *poolReconciler) applyChange(ctx context.Context, log logr.Logger, pool string, w *observed, c plan.SlotChange, now time.Time) error {
-	read := w.leases[c.Slot]
+// applySlot makes one slot's changes of the pass on read with one Update and
+// returns the Lease written (nil if none was). The nodes whose cordon a
+// change lifts are uncordoned first: if we stop in between, the grant is
+// still there to say the cordon was ours. A reboot grant (or a Draining
+// grant whose node lost its cordon) is then cordoned, and its drain started.
+func (r *poolReconciler) applySlot(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, read *coordinationv1.Lease, chain []plan.SlotChange, now time.Time) (*coordinationv1.Lease, error) {
 	if read == nil {
-		return fmt.Errorf("slot Lease %s vanished", c.Slot)
+		return nil, fmt.Errorf("slot Lease %s vanished", chain[0].Slot)
 	}
-	// Restore the node before the grant that records our cordon is cleared:
-	// if we stop in between, the grant is still there to say so.
-	if c.Uncordon {
-		if err := r.opts.Drainer.Uncordon(ctx, c.Node); err != nil && !kerrors.IsNotFound(err) {
-			return fmt.Errorf("uncordoning node %s: %w", c.Node, err)
+	var cordon *plan.SlotChange
+	l := read.DeepCopy()
+	changed := false
+	for i, c := range chain {
+		if c.Uncordon {
+			if err := r.uncordon(ctx, pool.Name, c.Node); err != nil && !kerrors.IsNotFound(err) {
+				return nil, err
+			}
+		}
+		if c.Op == plan.OpCordon || (c.Op == plan.OpGrant && c.Kind == lease.KindReboot) {
+			cordon = &chain[i]
+		}
+		if c.Op != plan.OpCordon {
+			plan.ApplyToLease(l, c, now, r.opts.LeaseDuration)
+			changed = true
 		}
 	}
+	var written *coordinationv1.Lease
+	if changed {
+		if err := r.client.Update(ctx, l); err != nil {
+			last := chain[len(chain)-1]
+			return nil, fmt.Errorf("%s slot %s for node %s: %w", ops(chain), last.Slot, last.Node, err)
+		}
+		r.writes.wrote(pool.Name, kindLease, l)
+		written = l
+		for _, c := range chain {
+			r.slotChanged(log, pool.Name, c, now)
+		}
+	}
+	if cordon == nil {
+		return written, nil
+	}
+	return written, r.cordon(ctx, log, pool.Name, l, *cordon)
+}
+
+func ops(chain []plan.SlotChange) string {
+	var s []string
+	for _, c := range chain {
+		s = append(s, string(c.Op))
+	}
+	return strings.Join(s, "+")
+}
+
+// slotChanged logs a written change and counts it.
+func (r *poolReconciler) slotChanged(log logr.Logger, pool string, c plan.SlotChange, now time.Time) {
 	if c.Op == plan.OpCordon {
-		return r.cordon(ctx, log, w, c, now)
+		return
 	}
-	l := read.DeepCopy()
-	plan.ApplyToLease(l, c, now, r.opts.LeaseDuration)
-	if err := r.client.Update(ctx, l); err != nil {
-		return fmt.Errorf("%s slot %s for node %s: %w", c.Op, c.Slot, c.Node, err)
-	}
-	w.leases[c.Slot] = l
 	log.Info("slot "+string(c.Op), "slot", c.Slot, "node", c.Node, "why", c.Why, "image", c.Image.String())
 	switch c.Op {
 	case plan.OpGrant:
@@ -143,48 +265,54 @@ func (r *poolReconciler) applyChange(ctx context.Context, log logr.Logger, pool 
 			delete(r.waiting, waitKey(pool, c.Node, c.Kind))
 		}
 		r.mu.Unlock()
-		if c.Kind == lease.KindReboot {
-			return r.cordon(ctx, log, w, c, now)
-		}
 	case plan.OpRevoke:
 		metrics.Revokes.WithLabelValues(pool, c.Why).Inc()
 	case plan.OpMarkFailed:
 		metrics.Failures.WithLabelValues(pool, c.Failure).Inc()
 	}
-	return nil
 }
 
-// cordon cordons the node of a Draining reboot grant, marking the Node with
-// the grant in the same update, then records on the grant what the cordon
-// call found (cordoned-by-us), never what a cache showed: an admin's cordon
-// made a moment before the grant stays the admin's. If the coordinator stops
-// between the two writes, the Node's mark tells the next one the cordon was
-// its own.
-func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, w *observed, c plan.SlotChange, now time.Time) error {
-	l := w.leases[c.Slot].DeepCopy()
+// cordon cordons the node of the Draining grant l, marking the Node with the
+// grant in the same update, and starts its drain. The mark, set only when
+// this call made the cordon, is what says the cordon is ours until the
+// advance to phase Reboot records it on the grant (amendment 16): an
+// admin's cordon made a moment before the grant stays the admin's.
+func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool string, l *coordinationv1.Lease, c plan.SlotChange) error {
 	g, err := lease.Parse(l)
 	if err != nil {
 		return fmt.Errorf("cordoning for slot %s: %w", c.Slot, err)
 	}
-	was, err := r.opts.Drainer.Cordon(ctx, c.Node, lease.CordonMark(g.ID))
+	was, node, err := r.opts.Drainer.Cordon(ctx, c.Node, lease.CordonMark(g.ID))
 	if err != nil {
 		return fmt.Errorf("cordoning node %s: %w", c.Node, err)
 	}
-	rec := plan.SlotChange{Slot: c.Slot, Kind: c.Kind, Op: plan.OpCordon, Node: c.Node, CordonedByUs: !was}
-	if l.Annotations[lease.AnnotationCordonedByUs] == strconv.FormatBool(rec.CordonedByUs) {
-		return nil
+	if node != nil {
+		r.writes.wrote(pool, kindNode, node)
 	}
-	plan.ApplyToLease(l, rec, now, r.opts.LeaseDuration)
-	if err := r.client.Update(ctx, l); err != nil {
-		return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
+	if was {
+		log.Info("node was cordoned by someone else already; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
 	}
-	w.leases[c.Slot] = l
-	log.Info("cordon recorded", "slot", c.Slot, "node", c.Node, "cordonedByUs", rec.CordonedByUs)
+	if c.DrainTimeout > 0 && r.drains.startOnce(pool, c.Node, g.ID, c.DrainTimeout) {
+		log.V(1).Info("drain started", "node", c.Node, "grant", g.ID.String(), "timeout", c.DrainTimeout.String())
+	}
+	return nil
+}
+
+func (r *poolReconciler) uncordon(ctx context.Context, pool, node string) error {
+	n, err := r.opts.Drainer.Uncordon(ctx, node)
+	if err != nil {
+		return fmt.Errorf("uncordoning node %s: %w", node, err)
+	}
+	if n != nil {
+		r.writes.wrote(pool, kindNode, n)
+	}
 	return nil
 }
 
 func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
-	for _, c := range out.CreateBootcNodes {
+	created := make([]*fleetv1.BootcNode, len(out.CreateBootcNodes))
+	err := r.parallel(ctx, len(out.CreateBootcNodes), func(ctx context.Context, i int) error {
+		c := out.CreateBootcNodes[i]
 		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
 		bn.SetNoPlatformImage(c.NoPlatformImage)
 		bn.SetRollout(c.RolloutState, c.RolloutReason)
@@ -193,37 +321,37 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 		}
 		switch err := r.client.Create(ctx, bn); {
 		case err == nil:
-			w.bootcNodes[c.Name] = bn
+			r.writes.wrote(pool.Name, kindBootcNode, bn)
+			created[i] = bn
 			logBootcNode(log, "BootcNode created", c)
 		case !kerrors.IsAlreadyExists(err):
 			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
 		}
-	}
-	for _, c := range out.UpdateBootcNodes {
-		read := w.bootcNodes[c.Name]
-		bn := read.DeepCopy()
-		bn.Spec = c.Spec
-		bn.SetNoPlatformImage(c.NoPlatformImage)
-		bn.SetRollout(c.RolloutState, c.RolloutReason)
-		// A merge patch of what the coordinator owns (spec and its
-		// annotations), not an Update: the agent writes the status all the
-		// time, and a resourceVersion precondition would make nearly every
-		// such write conflict with it for nothing.
-		if err := r.client.Patch(ctx, bn, client.MergeFrom(read)); err != nil {
-			return fmt.Errorf("setting BootcNode %s spec: %w", c.Name, err)
+		return nil
+	})
+	for _, bn := range created {
+		if bn != nil {
+			w.bootcNodes[bn.Name] = bn
 		}
-		w.bootcNodes[c.Name] = bn
-		logBootcNode(log, "BootcNode updated", c)
+	}
+	if err != nil {
+		return err
+	}
+	// Existing BootcNodes are written in the background (bootcNodeWriter).
+	for _, c := range out.UpdateBootcNodes {
+		r.bootcNodes.set(pool.Name, c)
 	}
 	for _, name := range out.DeleteBootcNodes {
 		bn := w.bootcNodes[name]
 		if bn == nil {
 			continue
 		}
+		r.bootcNodes.forget(name)
 		pre := client.Preconditions{UID: &bn.UID}
 		if err := r.client.Delete(ctx, bn, pre); err != nil && !kerrors.IsNotFound(err) {
 			return fmt.Errorf("deleting BootcNode %s: %w", name, err)
 		}
+		r.writes.deleted(pool.Name, kindBootcNode, bn)
 	}
 	return nil
 }

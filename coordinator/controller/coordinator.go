@@ -188,12 +188,16 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		RenewDeadline:                 opts.LeaderElectionRenewDeadline,
 		RetryPeriod:                   opts.LeaderElectionRetryPeriod,
 		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {
-				Namespaces: map[string]cache.Config{lease.Namespace: {}},
-				Label:      labels.NewSelector().Add(*hasPool),
-			},
-		}},
+		Cache: cache.Options{
+			// Nothing the coordinator decides reads managedFields; at 5,000
+			// nodes they are much of what Nodes and BootcNodes hold.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&coordinationv1.Lease{}: {
+					Namespaces: map[string]cache.Config{lease.Namespace: {}},
+					Label:      labels.NewSelector().Add(*hasPool),
+				},
+			}},
 	}
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
@@ -222,16 +226,22 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 	if err := mgr.Add(drains); err != nil {
 		return nil, err
 	}
+	writes := newOwnWrites()
+	bootcNodes := newBootcNodeWriter(mgr.GetClient(), writes, log.WithName("bootcnodes"))
+	if err := mgr.Add(bootcNodes); err != nil {
+		return nil, err
+	}
 	r := &poolReconciler{
-		client:    mgr.GetClient(),
-		apiReader: mgr.GetAPIReader(),
-		recorder:  mgr.GetEventRecorder(opts.Name),
-		drains:    drains,
-		targets:   newTargetCache(opts.Resolver, auth, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
-		opts:      opts,
-		log:       log,
-		waiting:   map[string]time.Time{},
-		seen:      newHeartbeats(),
+		client:     mgr.GetClient(),
+		writes:     writes,
+		bootcNodes: bootcNodes,
+		recorder:   mgr.GetEventRecorder(opts.Name),
+		drains:     drains,
+		targets:    newTargetCache(opts.Resolver, auth, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
+		opts:       opts,
+		log:        log,
+		waiting:    map[string]time.Time{},
+		seen:       newHeartbeats(),
 	}
 	if err := r.setup(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -20,9 +21,10 @@ import (
 // NodeDrainer cordons, drains and uncordons Nodes (coordinator/drain).
 type NodeDrainer interface {
 	// Cordon cordons node, marking it with mark in the same update; it
-	// reports whether someone else had cordoned it already.
-	Cordon(ctx context.Context, node, mark string) (wasCordoned bool, err error)
-	Uncordon(ctx context.Context, node string) error
+	// reports whether someone else had cordoned it already, and the Node it
+	// wrote (nil if it wrote none).
+	Cordon(ctx context.Context, node, mark string) (wasCordoned bool, written *corev1.Node, err error)
+	Uncordon(ctx context.Context, node string) (written *corev1.Node, err error)
 	Drain(ctx context.Context, node string, timeout time.Duration) error
 }
 
@@ -136,6 +138,19 @@ func (t *drainTracker) run(ctx context.Context, j *drainJob, node string, timeou
 	case t.events <- event.TypedGenericEvent[*fleetv1.BootcNodePool]{Object: &fleetv1.BootcNodePool{ObjectMeta: metav1.ObjectMeta{Name: j.pool}}}:
 	case <-ctx.Done():
 	}
+}
+
+// startOnce drains node for grant unless a drain for that grant was started
+// already (running, done or failed: retries are the planner's to decide).
+func (t *drainTracker) startOnce(pool, node string, grant lease.ID, timeout time.Duration) bool {
+	t.mu.Lock()
+	prev := t.jobs[node]
+	t.mu.Unlock()
+	if prev != nil && prev.grant == grant {
+		return false
+	}
+	t.start(pool, node, grant, timeout)
+	return true
 }
 
 // stop cancels node's drain and forgets it.

@@ -34,14 +34,16 @@ import (
 
 // poolReconciler reconciles one BootcNodePool at a time: read, Plan, write.
 type poolReconciler struct {
-	client    client.Client
-	apiReader client.Reader // fresh reads of slot Leases and BootcNodes
-	recorder  recorder.EventRecorder
-	drains    *drainTracker
-	targets   *targetCache
-	seen      *heartbeats
-	opts      Options
-	log       logr.Logger
+	client client.Client // reads from the informer cache
+	writes *ownWrites    // what the cache must show before a pass plans
+	// bootcNodes writes existing BootcNodes in the background.
+	bootcNodes *bootcNodeWriter
+	recorder   recorder.EventRecorder
+	drains     *drainTracker
+	targets    *targetCache
+	seen       *heartbeats
+	opts       Options
+	log        logr.Logger
 
 	mu      sync.Mutex
 	waiting map[string]time.Time // pool/node/kind -> first seen waiting, for GrantLatency
@@ -145,12 +147,18 @@ func nodeReady(n *corev1.Node) bool {
 // Reconcile implements reconcile.Reconciler.
 func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := r.log.WithValues("pool", req.Name)
+	began := time.Now()
+	if n := r.writes.await(ctx, req.Name, r.client, cacheWait); n > 0 {
+		// Planned on anyway: a Lease write made on a stale read conflicts.
+		log.Info("the cache did not show this coordinator's last writes in time; planning on it anyway", "writes", n, "waited", cacheWait.String())
+	}
 	var pool fleetv1.BootcNodePool
 	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Slot Leases and BootcNodes carry an ownerReference to the pool
 			// and go with it.
 			r.targets.forget(req.Name)
+			r.writes.forget(req.Name)
 			r.drains.forgetExcept(req.Name, nil)
 			metrics.ForgetPool(req.Name)
 			return reconcile.Result{}, nil
@@ -179,7 +187,10 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	out := plan.Plan(in)
 
+	planned := time.Now()
 	applied, err := r.apply(ctx, log, &pool, w, in, out)
+	log.V(1).Info("pass", "slotChanges", len(out.Changes), "bootcNodeWrites", len(out.CreateBootcNodes)+len(out.UpdateBootcNodes),
+		"events", len(out.Events), "readAndPlan", planned.Sub(began).String(), "write", time.Since(planned).String())
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Someone else changed a Lease or the pool since we read it:
@@ -201,6 +212,31 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 }
 
 var errInvalidSelector = errors.New("invalid spec.nodeSelector")
+
+// cacheWait bounds how long a pass waits for the cache to show the previous
+// pass's writes; watch events normally arrive within milliseconds.
+const cacheWait = 5 * time.Second
+
+// Kinds of objects the coordinator writes, for ownWrites.
+const (
+	kindLease     = "Lease"
+	kindBootcNode = "BootcNode"
+	kindPool      = "BootcNodePool"
+	kindNode      = "Node"
+)
+
+func newObject(kind string) client.Object {
+	switch kind {
+	case kindLease:
+		return &coordinationv1.Lease{}
+	case kindBootcNode:
+		return &fleetv1.BootcNode{}
+	case kindPool:
+		return &fleetv1.BootcNodePool{}
+	default:
+		return &corev1.Node{}
+	}
+}
 
 // observed is one fresh read of a pool's world.
 type observed struct {
@@ -233,13 +269,15 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 	if err := r.client.List(ctx, &nodes); err != nil {
 		return nil, err
 	}
-	// Fresh reads: a grant decided on a stale cache could exceed the budget.
+	// From the cache, which shows at least this coordinator's own writes
+	// (ownWrites). A grant planned on a slot as read is written conditionally
+	// on that read, so a stale slot cannot exceed the budget: it conflicts.
 	var leases coordinationv1.LeaseList
-	if err := r.apiReader.List(ctx, &leases, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelPool: pool.Name}); err != nil {
+	if err := r.client.List(ctx, &leases, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelPool: pool.Name}); err != nil {
 		return nil, fmt.Errorf("listing slot Leases: %w", err)
 	}
 	var bns fleetv1.BootcNodeList
-	if err := r.apiReader.List(ctx, &bns); err != nil {
+	if err := r.client.List(ctx, &bns); err != nil {
 		return nil, fmt.Errorf("listing BootcNodes: %w", err)
 	}
 
@@ -306,5 +344,9 @@ func (r *poolReconciler) invalidSpec(ctx context.Context, pool *fleetv1.BootcNod
 	st.ObservedGeneration = pool.Generation
 	setCondition(st, fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonInvalidSpec, cause.Error()+": fix spec.nodeSelector", pool.Generation)
 	pool.Status = *st
-	return r.client.Status().Update(ctx, pool)
+	if err := r.client.Status().Update(ctx, pool); err != nil {
+		return err
+	}
+	r.writes.wrote(pool.Name, kindPool, pool)
+	return nil
 }

@@ -68,22 +68,26 @@ func New(client kubernetes.Interface, log logr.Logger) *Drainer {
 // cordoning and recording it finds its own cordon. The write is conditional
 // on the Node's resourceVersion, so a cordon by someone else between the
 // read and the write is seen, not claimed.
-func (d *Drainer) Cordon(ctx context.Context, node, mark string) (wasCordoned bool, err error) {
-	err = d.setUnschedulable(ctx, node, true, mark, &wasCordoned)
-	return wasCordoned, err
+//
+// written is the Node as the API server returned it after the write (nil
+// when nothing was written), so the caller can wait for its cache to show it.
+func (d *Drainer) Cordon(ctx context.Context, node, mark string) (wasCordoned bool, written *corev1.Node, err error) {
+	written, err = d.setUnschedulable(ctx, node, true, mark, &wasCordoned)
+	return wasCordoned, written, err
 }
 
 // Uncordon marks node schedulable (a no-op if it is) and removes the mark.
-func (d *Drainer) Uncordon(ctx context.Context, node string) error {
+// written is as for Cordon.
+func (d *Drainer) Uncordon(ctx context.Context, node string) (written *corev1.Node, err error) {
 	return d.setUnschedulable(ctx, node, false, "", nil)
 }
 
-func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, mark string, already *bool) error {
+func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, mark string, already *bool) (*corev1.Node, error) {
 	verb := map[bool]string{true: "cordoning", false: "uncordoning"}[want]
 	for {
 		n, err := d.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("%s node %s: %w", verb, node, err)
+			return nil, fmt.Errorf("%s node %s: %w", verb, node, err)
 		}
 		_, marked := n.Annotations[lease.NodeAnnotationCordonedFor]
 		if n.Spec.Unschedulable == want {
@@ -91,7 +95,7 @@ func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, 
 				*already = n.Annotations[lease.NodeAnnotationCordonedFor] != mark || mark == ""
 			}
 			if want || !marked {
-				return nil
+				return nil, nil
 			}
 		}
 		// A merge patch carrying resourceVersion is a conditional write:
@@ -106,17 +110,17 @@ func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, 
 			"spec": map[string]any{"unschedulable": want},
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		_, err = d.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{})
+		written, err := d.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{})
 		if apierrors.IsConflict(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("%s node %s: %w", verb, node, err)
+			return nil, fmt.Errorf("%s node %s: %w", verb, node, err)
 		}
 		d.log.Info(strings.TrimSuffix(verb, "ing")+"ed node", "node", node, "for", mark)
-		return nil
+		return written, nil
 	}
 }
 

@@ -266,12 +266,21 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			was, err := d.Cordon(c.ctx(), tc.node, tc.mark)
+			before, err := c.cs.CoreV1().Nodes().Get(c.ctx(), tc.node, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			was, written, err := d.Cordon(c.ctx(), tc.node, tc.mark)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if was != tc.wasCordoned {
 				t.Fatalf("wasCordoned = %v, want %v", was, tc.wasCordoned)
+			}
+			// The Node written is returned (for the caller's cache wait);
+			// nothing is returned when nothing was written.
+			if wrote := !before.Spec.Unschedulable; (written != nil) != wrote || (written != nil && (!written.Spec.Unschedulable || written.ResourceVersion == before.ResourceVersion)) {
+				t.Fatalf("written = %+v, want a new version only when the cordon was written (%v)", written, wrote)
 			}
 			if !c.unschedulable(tc.node) {
 				t.Fatal("node is schedulable after Cordon")
@@ -292,7 +301,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 
 	t.Run("uncordon makes the node schedulable, twice is fine", func(t *testing.T) {
 		for range 2 {
-			if err := d.Uncordon(c.ctx(), "cordon-free"); err != nil {
+			if _, err := d.Uncordon(c.ctx(), "cordon-free"); err != nil {
 				t.Fatal(err)
 			}
 			if c.unschedulable("cordon-free") {
@@ -317,7 +326,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Cordon(c.ctx(), "cordon-free", mark); err != nil {
+		if _, _, err := d.Cordon(c.ctx(), "cordon-free", mark); err != nil {
 			t.Fatal(err)
 		}
 		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"unschedulable":true}}`, n.ResourceVersion)
@@ -325,15 +334,15 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 		if !apierrors.IsConflict(err) {
 			t.Fatalf("stale conditional patch = %v, want Conflict", err)
 		}
-		if err := d.Uncordon(c.ctx(), "cordon-free"); err != nil {
+		if _, err := d.Uncordon(c.ctx(), "cordon-free"); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("missing node is NotFound", func(t *testing.T) {
-		if _, err := d.Cordon(c.ctx(), "no-such-node", mark); !apierrors.IsNotFound(err) {
+		if _, _, err := d.Cordon(c.ctx(), "no-such-node", mark); !apierrors.IsNotFound(err) {
 			t.Fatalf("Cordon = %v, want NotFound", err)
 		}
-		if err := d.Uncordon(c.ctx(), "no-such-node"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "no-such-node") {
+		if _, err := d.Uncordon(c.ctx(), "no-such-node"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "no-such-node") {
 			t.Fatalf("Uncordon = %v, want NotFound naming the node", err)
 		}
 	})

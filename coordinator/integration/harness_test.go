@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -501,7 +502,12 @@ func events(t *testing.T, pool, reason string) []string {
 	}
 	var out []string
 	for _, e := range evs.Items {
-		if e.Regarding.Name == pool && e.Regarding.Kind == "BootcNodePool" && e.Reason == reason {
+		// The pool's own Events, and those about its nodes (recorded on
+		// the Node with the pool as related object; Warnings also on the
+		// pool): each note once.
+		onPool := e.Regarding.Name == pool && e.Regarding.Kind == "BootcNodePool"
+		onNode := e.Regarding.Kind == "Node" && e.Related != nil && e.Related.Name == pool && e.Related.Kind == "BootcNodePool"
+		if (onPool || onNode) && e.Reason == reason && !slices.Contains(out, e.Note) {
 			out = append(out, e.Note)
 		}
 	}

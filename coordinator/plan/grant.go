@@ -205,6 +205,9 @@ func (p *planner) stageQueue() []string {
 // only to nodes with a fresh status, so the two belong to the same boot).
 func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned, st *fleetv1.BootcNodeStatus) {
 	c := SlotChange{Op: OpGrant, Node: n.Name, Image: img, BootID: n.BootID, SoftRebootCount: softCount(st), Why: WhyEligible}
+	if s.Kind == lease.KindReboot {
+		c.DrainTimeout = p.b.DrainTimeout
+	}
 	p.change(s, c)
 	a := p.after[s.Name]
 	*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotHeld, Holder: n.Name,

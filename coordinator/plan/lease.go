@@ -97,16 +97,16 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 		l.Annotations[lease.AnnotationSoftRebootCount] = lease.FormatSoftRebootCount(c.SoftRebootCount)
 		if c.Kind == lease.KindReboot {
 			l.Annotations[lease.AnnotationPhase] = string(lease.PhaseDraining)
-			// Not cordoned by us yet: OpCordon records what the cordon found.
+			// Not cordoned by us yet: OpAdvance records what the cordon
+			// found; until then the Node's mark says it.
 			l.Annotations[lease.AnnotationCordonedByUs] = "false"
 		}
 	case OpAdvance:
 		l.Annotations[lease.AnnotationPhase] = string(lease.PhaseReboot)
+		l.Annotations[lease.AnnotationCordonedByUs] = strconv.FormatBool(c.CordonedByUs)
 		// renewTime starts the reboot timer, on the coordinator's clock.
 		// Agents write no Lease, so nothing extends it.
 		l.Spec.RenewTime = mt
-	case OpCordon:
-		l.Annotations[lease.AnnotationCordonedByUs] = strconv.FormatBool(c.CordonedByUs)
 	case OpMarkFailed:
 		l.Annotations[lease.AnnotationFailure] = c.Failure
 	case OpMarkBack:

@@ -259,10 +259,9 @@ func (p *planner) change(s Slot, c SlotChange) {
 		}
 	case OpAdvance:
 		a.Grant.Phase = lease.PhaseReboot
+		a.CordonedByUs = c.CordonedByUs
 	case OpMarkFailed:
 		a.Grant.Failure = c.Failure
-	case OpCordon:
-		a.CordonedByUs = true
 	case OpMarkBack:
 		a.BackSince = c.BackSince
 	}

@@ -307,10 +307,10 @@ func TestRebootGrantsBoundedByUnavailableNodes(t *testing.T) {
 			if got := nodesOf(cs); !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("reboot grants to %v, want %v", got, c.want)
 			}
-			// cordoned-by-us is what the cordon after the grant found.
+			// Whose cordon it is, is what the cordon after the grant found.
 			for i, g := range cs {
-				if s, _ := w.grantOf(g.Node, lease.KindReboot); s.CordonedByUs != c.cordons[i] {
-					t.Fatalf("grant %s cordonedByUs %v, want %v", g.Node, s.CordonedByUs, c.cordons[i])
+				if got := w.cordonedByUs(g.Node); got != c.cordons[i] {
+					t.Fatalf("grant %s cordoned by us %v, want %v", g.Node, got, c.cordons[i])
 				}
 			}
 		})
@@ -319,14 +319,22 @@ func TestRebootGrantsBoundedByUnavailableNodes(t *testing.T) {
 
 func TestDrainingGrantCordonsDrainsThenAdvances(t *testing.T) {
 	w := stagedWorld(1, 1)
-	w.step() // reboot grant; world cordons
+	out := w.step() // reboot grant; world cordons and starts the drain
 	s, _ := w.grantOf("node-00", lease.KindReboot)
-	if s.Grant.Phase != lease.PhaseDraining || !s.CordonedByUs || !w.nodes["node-00"].Unschedulable {
+	if s.Grant.Phase != lease.PhaseDraining || !w.cordonedByUs("node-00") || !w.nodes["node-00"].Unschedulable {
 		t.Fatalf("after grant: %+v unschedulable=%v", s, w.nodes["node-00"].Unschedulable)
 	}
-	out := w.step()
-	if len(out.StartDrains) != 1 || out.StartDrains[0].Grant != s.Grant.ID || out.StartDrains[0].Timeout != 10*time.Minute {
-		t.Fatalf("StartDrains = %+v", out.StartDrains)
+	if g := changes(out, OpGrant, lease.KindReboot); len(g) != 1 || g[0].DrainTimeout != 10*time.Minute {
+		t.Fatalf("reboot grant %+v: want one, draining for 10m once cordoned", g)
+	}
+	if d := w.drains["node-00"]; d.Grant != s.Grant.ID || d.State != DrainRunning {
+		t.Fatalf("drain after the grant's cordon = %+v", d)
+	}
+	// A restarted coordinator has no drain running: it starts one.
+	delete(w.drains, "node-00")
+	out = w.step()
+	if len(out.StartDrains) != 1 || out.StartDrains[0].Grant != s.Grant.ID || out.StartDrains[0].Timeout != 10*time.Minute || len(out.Changes) != 0 {
+		t.Fatalf("StartDrains = %+v, changes %+v", out.StartDrains, out.Changes)
 	}
 	if out := w.step(); len(out.Changes)+len(out.StartDrains) != 0 {
 		t.Fatalf("while draining: %+v", out)
@@ -355,8 +363,8 @@ func TestDrainingGrantCordonsDrainsThenAdvances(t *testing.T) {
 	if len(changes(out, OpAdvance, lease.KindReboot)) != 1 {
 		t.Fatalf("did not advance after drain: %+v", out.Changes)
 	}
-	if s, _ := w.grantOf("node-00", lease.KindReboot); s.Grant.Phase != lease.PhaseReboot {
-		t.Fatalf("phase %q after advance", s.Grant.Phase)
+	if s, _ := w.grantOf("node-00", lease.KindReboot); s.Grant.Phase != lease.PhaseReboot || !s.CordonedByUs {
+		t.Fatalf("after advance: phase %q, cordoned-by-us recorded %v", s.Grant.Phase, s.CordonedByUs)
 	}
 }
 
@@ -372,8 +380,14 @@ func TestDrainingGrantRecordsCordonWhenNodeWasUncordoned(t *testing.T) {
 	if len(changes(out, OpCordon, lease.KindReboot)) != 1 || !w.nodes["node-00"].Unschedulable {
 		t.Fatalf("did not re-cordon: %+v", out.Changes)
 	}
-	if s, _ := w.grantOf("node-00", lease.KindReboot); !s.CordonedByUs {
-		t.Fatal("cordon now ours but not recorded")
+	if !w.cordonedByUs("node-00") {
+		t.Fatal("cordon now ours but not marked")
+	}
+	s, _ := w.grantOf("node-00", lease.KindReboot)
+	w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
+	w.step()
+	if s, _ := w.grantOf("node-00", lease.KindReboot); s.Grant.Phase != lease.PhaseReboot || !s.CordonedByUs {
+		t.Fatalf("advance did not record the cordon as ours: %+v", s)
 	}
 }
 

@@ -142,7 +142,7 @@ func TestPlanProperties(t *testing.T) {
 		for _, name := range sortedKeys(w.nodes) {
 			w.nodes[name].Ready, w.nodes[name].InPool = true, true
 			// Whoever else cordoned nodes is done with them.
-			if g, held := w.grantOf(name, lease.KindReboot); !held || !g.CordonedByUs {
+			if !w.cordonedByUs(name) {
 				w.nodes[name].Unschedulable = false
 			}
 		}
@@ -151,7 +151,7 @@ func TestPlanProperties(t *testing.T) {
 			// deletes the Lease (docs/coordinator.md).
 			for name, l := range w.leases {
 				if l.Annotations[lease.AnnotationFailure] != "" {
-					if n := w.nodes[ptr.Deref(l.Spec.HolderIdentity, "")]; n != nil && l.Annotations[lease.AnnotationCordonedByUs] == "true" {
+					if n := w.nodes[ptr.Deref(l.Spec.HolderIdentity, "")]; n != nil && w.cordonedByUs(n.Name) {
 						n.Unschedulable = false
 					}
 					delete(w.leases, name)

@@ -120,12 +120,12 @@ func (p *planner) held(s Slot) {
 		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
 			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
 	case !n.Unschedulable:
-		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
-	case !s.CordonedByUs && n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID):
-		// We cordoned it for this grant but stopped before recording that.
-		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon})
+		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon, DrainTimeout: p.b.DrainTimeout})
 	case hasDrain && d.State == DrainDone:
-		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained})
+		// One write moves the grant on and records whose cordon it is: the
+		// grant's record, or our mark on the Node (set by the cordon call).
+		ours := s.CordonedByUs || (n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID))
+		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: ours})
 		p.nodeEvent(n.Name, "Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
 	case hasDrain && d.State == DrainRunning:
 		if d.Message != "" {

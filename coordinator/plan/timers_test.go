@@ -151,18 +151,38 @@ func TestCordonOwnershipComesFromTheCordonCall(t *testing.T) {
 	})
 	t.Run("a cordon not yet recorded on the grant is found by the Node's mark", func(t *testing.T) {
 		w := stagedWorld(2, 1)
-		out := w.plan()
-		w.apply(out)
+		w.step()
 		s, _ := w.grantOf("node-00", lease.KindReboot)
-		// Undo the recording: the coordinator stopped between the cordon and
-		// the Lease update.
-		w.leases[s.Name].Annotations[lease.AnnotationCordonedByUs] = "false"
-		out = w.step()
-		if c := changes(out, OpCordon, lease.KindReboot); len(c) != 1 {
-			t.Fatalf("our own unrecorded cordon not taken up: %+v", out.Changes)
+		if s.CordonedByUs || w.nodes["node-00"].CordonedFor != lease.CordonMark(s.Grant.ID) {
+			t.Fatalf("after the grant: recorded %v, Node mark %q", s.CordonedByUs, w.nodes["node-00"].CordonedFor)
 		}
-		if s, _ := w.grantOf("node-00", lease.KindReboot); !s.CordonedByUs {
-			t.Fatal("cordoned-by-us not recorded after the retry")
+		// The coordinator stops mid-drain: the next one drains again, and
+		// the advance records the cordon the mark shows as ours.
+		delete(w.drains, "node-00")
+		out := w.step()
+		if len(out.StartDrains) != 1 || len(out.Changes) != 0 {
+			t.Fatalf("restart mid-drain: drains %+v, changes %+v", out.StartDrains, out.Changes)
+		}
+		w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
+		w.step()
+		if s, _ := w.grantOf("node-00", lease.KindReboot); s.Grant.Phase != lease.PhaseReboot || !s.CordonedByUs {
+			t.Fatalf("the advance did not record our cordon: %+v", s)
+		}
+		// And a release restores it.
+		w.reboot("node-00")
+		w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseIdle)
+		out = w.step()
+		if rel := changes(out, OpRelease, lease.KindReboot); len(rel) != 1 || !rel[0].Uncordon || w.nodes["node-00"].Unschedulable {
+			t.Fatalf("release %+v did not uncordon our cordon", rel)
+		}
+	})
+	t.Run("a revoke before the advance lifts our cordon by the Node's mark", func(t *testing.T) {
+		w := stagedWorld(2, 1)
+		w.step()
+		w.nodes["node-00"].InPool = false
+		out := w.step()
+		if rv := changes(out, OpRevoke, lease.KindReboot); len(rv) != 1 || !rv[0].Uncordon || w.nodes["node-00"].Unschedulable {
+			t.Fatalf("revoke %+v left our unrecorded cordon", rv)
 		}
 	})
 }

@@ -156,8 +156,9 @@ const (
 	// OpAdvance moves a reboot grant from Draining to Reboot.
 	OpAdvance Op = "Advance"
 	// OpCordon cordons the node of a Draining grant (marking the Node with
-	// the grant in the same update), then records on the grant what the
-	// cordon call found: cordoned-by-us=true unless it already was.
+	// the grant in the same update) and starts its drain; it writes no
+	// Lease. What the cordon call found is recorded on the grant by
+	// OpAdvance (the Node's mark holds it meanwhile, amendment 16).
 	OpCordon Op = "Cordon"
 	// OpMarkFailed writes the failure annotation; the slot stays held.
 	OpMarkFailed Op = "MarkFailed"
@@ -184,9 +185,12 @@ type SlotChange struct {
 	Image           imageref.Pinned
 	BootID          string
 	SoftRebootCount uint32
-	// CordonedByUs is what OpCordon records; the controller sets it from
-	// the cordon call's result, never from a cache.
+	// CordonedByUs is what OpAdvance records: the grant's own record or our
+	// mark on the Node (the cordon call's result, never a cached guess).
 	CordonedByUs bool
+	// DrainTimeout: a reboot grant (or OpCordon) drains its node once the
+	// cordon is made, for at most this long.
+	DrainTimeout time.Duration
 	// Failure is the reason OpMarkFailed writes.
 	Failure string
 	// Uncordon: before the slot is cleared, uncordon Node (we cordoned it).

@@ -209,21 +209,24 @@ func (w *world) apply(out Output) {
 			}
 		}
 		ApplyToLease(l, c, w.now, time.Minute)
-		// Like the controller: a reboot grant is cordoned at once, and
-		// cordoned-by-us records what the cordon found on the Node.
+		// Like the controller: a reboot grant is cordoned at once (our mark
+		// on the Node says whose cordon it is until OpAdvance records it on
+		// the grant), and its drain starts.
 		if (c.Op == OpGrant && c.Kind == lease.KindReboot) || c.Op == OpCordon {
 			g, err := lease.Parse(l)
 			n := w.nodes[c.Node]
 			if err != nil || n == nil {
 				continue
 			}
-			mark := lease.CordonMark(g.ID)
-			was := n.Unschedulable && n.CordonedFor != mark
 			if !n.Unschedulable {
-				n.Unschedulable, n.CordonedFor = true, mark
+				n.Unschedulable, n.CordonedFor = true, lease.CordonMark(g.ID)
 			}
-			ApplyToLease(l, SlotChange{Op: OpCordon, CordonedByUs: !was}, w.now, time.Minute)
+			if d, ok := w.drains[c.Node]; !ok || d.Grant != g.ID {
+				w.drains[c.Node] = Drain{Grant: g.ID, State: DrainRunning, Attempts: 1}
+			}
+			continue
 		}
+
 	}
 	for _, name := range out.Uncordon {
 		if n := w.nodes[name]; n != nil {
@@ -255,6 +258,14 @@ func (w *world) apply(out Output) {
 		delete(w.bns, name)
 	}
 	w.pool.Status = out.Status
+}
+
+// cordonedByUs: node holds a reboot grant and the cordon is ours, by the
+// grant's record or by our mark on the Node.
+func (w *world) cordonedByUs(node string) bool {
+	s, held := w.grantOf(node, lease.KindReboot)
+	n := w.nodes[node]
+	return held && (s.CordonedByUs || (n != nil && n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(s.Grant.ID)))
 }
 
 // step plans once and applies the result.

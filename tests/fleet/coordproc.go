@@ -17,13 +17,21 @@ func (f *Fleet) startCoordinatorProc() {
 	if err != nil {
 		f.tb.Fatal(err)
 	}
-	out, err := os.OpenFile(filepath.Join(f.dir, "coordinator.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	// FLEET_COORDINATOR_LOG keeps the log past the test's temp dir.
+	path := filepath.Join(f.dir, "coordinator.log")
+	if p := os.Getenv("FLEET_COORDINATOR_LOG"); p != "" {
+		path = p
+	}
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		f.tb.Fatal(err)
 	}
 	defer out.Close()
-	p, err := startProc(f.coordBin, []string{"--kubeconfig", kc, "--metrics-bind-address", "0",
-		"--health-probe-bind-address", "0", "--insecure-registry", f.Registry}, minimalEnv(), out)
+	args := []string{"--kubeconfig", kc, "--metrics-bind-address", "0",
+		"--health-probe-bind-address", "0", "--insecure-registry", f.Registry}
+	// FLEET_COORDINATOR_ARGS adds flags, e.g. --log-level=debug to see each pass.
+	args = append(args, strings.Fields(os.Getenv("FLEET_COORDINATOR_ARGS"))...)
+	p, err := startProc(f.coordBin, args, minimalEnv(), out)
 	if err != nil {
 		f.tb.Fatal(err)
 	}

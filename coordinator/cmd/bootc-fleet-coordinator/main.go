@@ -82,7 +82,8 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	ctrl.SetLogger(zap.New(zap.Level(lvl)))
+	// Times to the microsecond: a rollout's steps are milliseconds apart.
+	ctrl.SetLogger(zap.New(zap.Level(lvl), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }))
 	log := ctrl.Log.WithName("bootc-fleet-coordinator")
 
 	cfg, err := ctrl.GetConfig()

@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/equality"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
+)
+
+// bootcNodeWriter patches existing BootcNodes (spec and the coordinator's
+// annotations) in the background, so a pass does not wait for them: in a
+// wave of 100 grants a pass would otherwise write 100 rollout annotations
+// before it could look at the next drain or boot. Nothing waits on these
+// writes for safety: the planner grants only once the cache shows the
+// BootcNode asking for the target (desiredIsTarget), whenever it lands.
+//
+// Each node's latest wanted content is kept; a workqueue never works on one
+// node twice at a time, so writes of a node are ordered and a newer wish
+// replaces an older one not written yet. The patch is computed against the
+// cache once it shows this writer's previous write of the node, so a merge
+// patch never rests on a stale base.
+type bootcNodeWriter struct {
+	client client.Client
+	writes *ownWrites
+	log    logr.Logger
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	mu   sync.Mutex
+	want map[string]bootcNodeWish // by node
+}
+
+type bootcNodeWish struct {
+	pool   string
+	change plan.BootcNodeChange
+}
+
+// bootcNodeWorkers write BootcNodes concurrently.
+const bootcNodeWorkers = 8
+
+func newBootcNodeWriter(c client.Client, writes *ownWrites, log logr.Logger) *bootcNodeWriter {
+	return &bootcNodeWriter{
+		client: c, writes: writes, log: log, want: map[string]bootcNodeWish{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bootcnode-writes"}),
+	}
+}
+
+// set asks for node's BootcNode to become c.
+func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange) {
+	b.mu.Lock()
+	b.want[c.Name] = bootcNodeWish{pool: pool, change: c}
+	b.mu.Unlock()
+	b.queue.Add(c.Name)
+}
+
+// forget drops what is wanted for node (its BootcNode is being deleted).
+func (b *bootcNodeWriter) forget(node string) {
+	b.mu.Lock()
+	delete(b.want, node)
+	b.mu.Unlock()
+}
+
+// Start implements manager.Runnable (leader only, like the reconciler).
+func (b *bootcNodeWriter) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range bootcNodeWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b.next(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	b.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (b *bootcNodeWriter) next(ctx context.Context) bool {
+	node, quit := b.queue.Get()
+	if quit {
+		return false
+	}
+	defer b.queue.Done(node)
+	b.mu.Lock()
+	wish, ok := b.want[node]
+	b.mu.Unlock()
+	if !ok {
+		b.queue.Forget(node)
+		return true
+	}
+	if err := b.write(ctx, wish); err != nil {
+		b.log.Info("cannot update BootcNode; retrying", "node", node, "error", err.Error())
+		b.queue.AddRateLimited(node)
+		return true
+	}
+	b.queue.Forget(node)
+	b.mu.Lock()
+	if cur, ok := b.want[node]; ok && reflect.DeepEqual(cur, wish) {
+		delete(b.want, node)
+	}
+	b.mu.Unlock()
+	return true
+}
+
+func (b *bootcNodeWriter) write(ctx context.Context, wish bootcNodeWish) error {
+	c := wish.change
+	// The base of the merge patch: the cache, once it shows our last write.
+	b.writes.awaitOne(ctx, wish.pool, writeKey{kind: kindBootcNode, name: c.Name}, b.client, cacheWait)
+	var read fleetv1.BootcNode
+	if err := b.client.Get(ctx, client.ObjectKey{Name: c.Name}, &read); err != nil {
+		if kerrors.IsNotFound(err) {
+			return nil // deleted: nothing to write
+		}
+		return err
+	}
+	bn := read.DeepCopy()
+	bn.Spec = c.Spec
+	bn.SetNoPlatformImage(c.NoPlatformImage)
+	bn.SetRollout(c.RolloutState, c.RolloutReason)
+	if equality.Semantic.DeepEqual(bn.Spec, read.Spec) && equality.Semantic.DeepEqual(bn.Annotations, read.Annotations) {
+		return nil
+	}
+	// A merge patch of what the coordinator owns (spec and its annotations),
+	// not an Update: the agent writes the status all the time, and a
+	// resourceVersion precondition would make nearly every such write
+	// conflict with it for nothing.
+	if err := b.client.Patch(ctx, bn, client.MergeFrom(&read)); err != nil {
+		return fmt.Errorf("setting BootcNode %s: %w", c.Name, err)
+	}
+	b.writes.wrote(wish.pool, kindBootcNode, bn)
+	logBootcNode(b.log.WithValues("pool", wish.pool), "BootcNode updated", c)
+	return nil
+}
