@@ -46,13 +46,13 @@ type listErr struct {
 }
 
 func newKube(cfg *rest.Config, node string) (*kube, error) {
-	leases, err := newLeaseClient(cfg)
-	if err != nil {
-		return nil, err
-	}
 	fc := rest.CopyConfig(cfg)
 	if fc.UserAgent == "" {
 		fc.UserAgent = "bootc-fleet-agent/" + node
+	}
+	leases, err := newLeaseClient(fc)
+	if err != nil {
+		return nil, err
 	}
 	fleet, err := fleetv1.NewRESTClient(fc)
 	if err != nil {
