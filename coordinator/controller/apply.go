@@ -339,7 +339,9 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 	}
 	// Existing BootcNodes are written in the background (bootcNodeWriter).
 	for _, c := range out.UpdateBootcNodes {
-		r.bootcNodes.set(pool.Name, c)
+		read := w.bootcNodes[c.Name]
+		onlyNotes := read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
+		r.bootcNodes.set(pool.Name, c, onlyNotes)
 	}
 	for _, name := range out.DeleteBootcNodes {
 		bn := w.bootcNodes[name]

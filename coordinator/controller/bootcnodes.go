@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -54,11 +55,22 @@ func newBootcNodeWriter(c client.Client, writes *ownWrites, log logr.Logger) *bo
 	}
 }
 
-// set asks for node's BootcNode to become c.
-func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange) {
+// annotationDelay is how long a change of only the rollout annotations
+// waits before it is written, so a state a node passes through in a moment
+// (Draining, for a node with nothing to evict) costs no API write: a newer
+// wish replaces it. Spec changes go at once, since grants wait on them.
+const annotationDelay = time.Second
+
+// set asks for node's BootcNode to become c; onlyNotes says that c changes
+// only the coordinator's annotations.
+func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange, onlyNotes bool) {
 	b.mu.Lock()
 	b.want[c.Name] = bootcNodeWish{pool: pool, change: c}
 	b.mu.Unlock()
+	if onlyNotes {
+		b.queue.AddAfter(c.Name, annotationDelay)
+		return
+	}
 	b.queue.Add(c.Name)
 }
 
