@@ -101,16 +101,72 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 	// Events once the slots and BootcNodes they describe are written; a
 	// status update that fails next does not take them back.
 	r.recordEvents(pool, w, out)
-	if !equality.Semantic.DeepEqual(pool.Status, out.Status) {
-		p := pool.DeepCopy()
-		p.Status = out.Status
-		if err := r.client.Status().Update(ctx, p); err != nil {
-			return applied, fmt.Errorf("updating pool status: %w", err)
-		}
-		r.writes.wrote(pool.Name, kindPool, p)
+	if err := r.writeStatus(ctx, pool, out.Status); err != nil {
+		return applied, err
 	}
 	r.observeMetrics(pool.Name, w, in, out)
 	return applied, nil
+}
+
+// statusEvery is how often a pool's status is written when only its counts
+// and messages changed: a busy pool passes many times a second, and one
+// status write per pass was the largest share of the coordinator's writes.
+const statusEvery = time.Second
+
+// writeStatus writes the pool's new status now if a decision rests on what
+// changed (the conditions' status or reason, the target image, the observed
+// generation: the planner reads those back to tell transitions), else at
+// most every statusEvery; a pass that leaves one unwritten is followed by
+// another in time to write it (statusDue).
+func (r *poolReconciler) writeStatus(ctx context.Context, pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus) error {
+	// Pacing of writes, not a decision: the process's own clock.
+	now := time.Now()
+	if equality.Semantic.DeepEqual(pool.Status, st) {
+		r.setStatusDue(pool.Name, 0)
+		return nil
+	}
+	r.mu.Lock()
+	last := r.statusWritten[pool.Name]
+	r.mu.Unlock()
+	if !statusUrgent(pool.Status, st) && now.Sub(last) < statusEvery {
+		r.setStatusDue(pool.Name, last.Add(statusEvery).Sub(now))
+		return nil
+	}
+	p := pool.DeepCopy()
+	p.Status = st
+	if err := r.client.Status().Update(ctx, p); err != nil {
+		return fmt.Errorf("updating pool status: %w", err)
+	}
+	r.writes.wrote(pool.Name, kindPool, p)
+	r.mu.Lock()
+	r.statusWritten[pool.Name] = now
+	r.mu.Unlock()
+	r.setStatusDue(pool.Name, 0)
+	return nil
+}
+
+func (r *poolReconciler) setStatusDue(pool string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d <= 0 {
+		delete(r.statusDue, pool)
+		return
+	}
+	r.statusDue[pool] = d
+}
+
+// statusUrgent: b differs from a in something the planner reads back.
+func statusUrgent(a, b fleetv1.BootcNodePoolStatus) bool {
+	if a.ObservedGeneration != b.ObservedGeneration || a.TargetImage != b.TargetImage || len(a.Conditions) != len(b.Conditions) {
+		return true
+	}
+	for _, c := range b.Conditions {
+		old := meta.FindStatusCondition(a.Conditions, c.Type)
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.ObservedGeneration != c.ObservedGeneration {
+			return true
+		}
+	}
+	return false
 }
 
 // slotRounds groups the pass's changes by slot (in the plan's order within
@@ -167,14 +223,16 @@ func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx contex
 	return g.Wait()
 }
 
-// recordEvents records the plan's Events. One about a node goes on its Node
-// and its BootcNode, with the pool as related object, so `kubectl describe
-// node` and `kubectl describe bootcnode` tell its story; a Warning about a
-// node also goes on the pool, with the Node as related object (without it
-// events.k8s.io/v1 would fold the Events of different nodes with the same
-// reason into one series that keeps the first note). Routine progress stays
-// off the pool: at 5,000 nodes it would be five Events per node there, one
-// API write each, in a list no one reads.
+// recordEvents records the plan's Events. One about a node goes on its
+// BootcNode, with the pool as related object, so `kubectl describe
+// bootcnode` tells its whole story, and on its Node unless it is routine
+// staging progress (a download does not touch the Node), so `kubectl
+// describe node` tells every cordon, drain, reboot and problem. A Warning
+// about a node also goes on the pool, with the Node as related object
+// (without it events.k8s.io/v1 would fold the Events of different nodes with
+// the same reason into one series that keeps the first note). Routine
+// progress stays off the pool: every Event is an API write, and at 5,000
+// nodes the pool would carry five per node in a list no one reads.
 func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, out plan.Output) {
 	for _, e := range out.Events {
 		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
@@ -188,14 +246,23 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 		}
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.Node, UID: uid}}
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		bn := w.bootcNodes[e.Node]
+		onBootcNode := bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name
 		if e.Type != corev1.EventTypeNormal {
 			r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 		}
-		r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
-		if bn := w.bootcNodes[e.Node]; bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name {
+		if !onBootcNode || !stagingProgress(e) {
+			r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		}
+		if onBootcNode {
 			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 		}
 	}
+}
+
+// stagingProgress: a Normal Event about a node's download (amendment 16).
+func stagingProgress(e plan.Event) bool {
+	return e.Type == corev1.EventTypeNormal && (e.Reason == plan.EventStageGranted || e.Reason == plan.EventStaged)
 }
 
 // applySlot makes one slot's changes of the pass on read with one Update and

@@ -232,16 +232,18 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		return nil, err
 	}
 	r := &poolReconciler{
-		client:     mgr.GetClient(),
-		writes:     writes,
-		bootcNodes: bootcNodes,
-		recorder:   mgr.GetEventRecorder(opts.Name),
-		drains:     drains,
-		targets:    newTargetCache(opts.Resolver, auth, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
-		opts:       opts,
-		log:        log,
-		waiting:    map[string]time.Time{},
-		seen:       newHeartbeats(),
+		client:        mgr.GetClient(),
+		writes:        writes,
+		bootcNodes:    bootcNodes,
+		recorder:      mgr.GetEventRecorder(opts.Name),
+		drains:        drains,
+		targets:       newTargetCache(opts.Resolver, auth, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
+		opts:          opts,
+		log:           log,
+		waiting:       map[string]time.Time{},
+		statusWritten: map[string]time.Time{},
+		statusDue:     map[string]time.Duration{},
+		seen:          newHeartbeats(),
 	}
 	if err := r.setup(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)

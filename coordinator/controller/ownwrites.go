@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,7 +26,14 @@ import (
 // (the wait timed out) fails with Conflict and plans again.
 type ownWrites struct {
 	mu      sync.Mutex
-	pending map[string]map[writeKey]string // pool -> object -> version written ("" : deleted)
+	pending map[string]map[writeKey]written // pool -> object -> what was written
+}
+
+// written is the version a write returned; gone: the object was deleted
+// (at version rv, as read).
+type written struct {
+	rv   string
+	gone bool
 }
 
 type writeKey struct {
@@ -34,41 +42,41 @@ type writeKey struct {
 	name      string
 }
 
-func newOwnWrites() *ownWrites { return &ownWrites{pending: map[string]map[writeKey]string{}} }
+func newOwnWrites() *ownWrites { return &ownWrites{pending: map[string]map[writeKey]written{}} }
 
 // wrote records that the pool's pass wrote obj (as returned by the API
 // server); deleted records that it deleted obj.
 func (o *ownWrites) wrote(pool, kind string, obj client.Object) {
-	o.put(pool, writeKey{kind, obj.GetNamespace(), obj.GetName()}, obj.GetResourceVersion())
+	o.put(pool, writeKey{kind, obj.GetNamespace(), obj.GetName()}, written{rv: obj.GetResourceVersion()})
 }
 
 func (o *ownWrites) deleted(pool, kind string, obj client.Object) {
-	o.put(pool, writeKey{kind, obj.GetNamespace(), obj.GetName()}, "")
+	o.put(pool, writeKey{kind, obj.GetNamespace(), obj.GetName()}, written{rv: obj.GetResourceVersion(), gone: true})
 }
 
-func (o *ownWrites) put(pool string, k writeKey, rv string) {
+func (o *ownWrites) put(pool string, k writeKey, w written) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.pending[pool] == nil {
-		o.pending[pool] = map[writeKey]string{}
+		o.pending[pool] = map[writeKey]written{}
 	}
-	o.pending[pool][k] = rv
+	o.pending[pool][k] = w
 }
 
-func (o *ownWrites) snapshot(pool string) map[writeKey]string {
+func (o *ownWrites) snapshot(pool string) map[writeKey]written {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make(map[writeKey]string, len(o.pending[pool]))
+	out := make(map[writeKey]written, len(o.pending[pool]))
 	for k, v := range o.pending[pool] {
 		out[k] = v
 	}
 	return out
 }
 
-func (o *ownWrites) done(pool string, k writeKey, rv string) {
+func (o *ownWrites) done(pool string, k writeKey, w written) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.pending[pool][k] == rv { // not written again meanwhile
+	if o.pending[pool][k] == w { // not written again meanwhile
 		delete(o.pending[pool], k)
 	}
 }
@@ -86,17 +94,20 @@ func (o *ownWrites) awaitOne(ctx context.Context, pool string, k writeKey, cache
 	o.awaitKeys(ctx, pool, cache, func(x writeKey) bool { return x == k }, timeout)
 }
 
-// await waits until cache shows every write of pool's passes, for at most
-// timeout; it returns how many writes it gave up on (then forgotten).
-func (o *ownWrites) await(ctx context.Context, pool string, cache client.Reader, timeout time.Duration) int {
-	return o.awaitKeys(ctx, pool, cache, func(writeKey) bool { return true }, timeout)
+// awaitKinds waits until cache shows the writes of pool's passes, for at
+// most timeout; it returns how many writes it gave up on (then forgotten).
+// Only writes of the given kinds are waited for: a pass waits for its Leases,
+// its pool and its cordons, not for the BootcNode writer's patches, which
+// only explain (the writer waits for its own).
+func (o *ownWrites) awaitKinds(ctx context.Context, pool string, cache client.Reader, timeout time.Duration, kinds ...string) int {
+	return o.awaitKeys(ctx, pool, cache, func(k writeKey) bool { return slices.Contains(kinds, k.kind) }, timeout)
 }
 
 func (o *ownWrites) awaitKeys(ctx context.Context, pool string, cache client.Reader, which func(writeKey) bool, timeout time.Duration) int {
 	deadline := time.Now().Add(timeout)
 	for delay := 500 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
 		left := 0
-		for k, rv := range o.snapshot(pool) {
+		for k, w := range o.snapshot(pool) {
 			if !which(k) {
 				continue
 			}
@@ -104,17 +115,17 @@ func (o *ownWrites) awaitKeys(ctx context.Context, pool string, cache client.Rea
 			err := cache.Get(ctx, client.ObjectKey{Namespace: k.namespace, Name: k.name}, obj)
 			switch {
 			case kerrors.IsNotFound(err):
-				if rv == "" {
-					o.done(pool, k, rv)
+				if w.gone {
+					o.done(pool, k, w)
 					continue
 				}
 			case err != nil:
-			case rv == "":
-				// Deleted by us, and back: someone created it again.
-				o.done(pool, k, rv)
+			case w.gone && obj.GetResourceVersion() != w.rv && caughtUp(obj.GetResourceVersion(), w.rv):
+				// Deleted by us and back, newer: someone created it again.
+				o.done(pool, k, w)
 				continue
-			case caughtUp(obj.GetResourceVersion(), rv):
-				o.done(pool, k, rv)
+			case !w.gone && caughtUp(obj.GetResourceVersion(), w.rv):
+				o.done(pool, k, w)
 				continue
 			}
 			left++
@@ -123,9 +134,9 @@ func (o *ownWrites) awaitKeys(ctx context.Context, pool string, cache client.Rea
 			return 0
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			for k, rv := range o.snapshot(pool) {
+			for k, w := range o.snapshot(pool) {
 				if which(k) {
-					o.done(pool, k, rv)
+					o.done(pool, k, w)
 				}
 			}
 			return left

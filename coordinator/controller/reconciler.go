@@ -47,6 +47,10 @@ type poolReconciler struct {
 
 	mu      sync.Mutex
 	waiting map[string]time.Time // pool/node/kind -> first seen waiting, for GrantLatency
+	// statusWritten: when each pool's status was last written; statusDue:
+	// how soon a status left unwritten must be (writeStatus).
+	statusWritten map[string]time.Time
+	statusDue     map[string]time.Duration
 }
 
 func (r *poolReconciler) setup(mgr ctrl.Manager) error {
@@ -148,7 +152,7 @@ func nodeReady(n *corev1.Node) bool {
 func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := r.log.WithValues("pool", req.Name)
 	began := time.Now()
-	if n := r.writes.await(ctx, req.Name, r.client, cacheWait); n > 0 {
+	if n := r.writes.awaitKinds(ctx, req.Name, r.client, cacheWait, kindLease, kindPool, kindNode); n > 0 {
 		// Planned on anyway: a Lease write made on a stale read conflicts.
 		log.Info("the cache did not show this coordinator's last writes in time; planning on it anyway", "writes", n, "waited", cacheWait.String())
 	}
@@ -159,6 +163,10 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			// and go with it.
 			r.targets.forget(req.Name)
 			r.writes.forget(req.Name)
+			r.mu.Lock()
+			delete(r.statusWritten, req.Name)
+			delete(r.statusDue, req.Name)
+			r.mu.Unlock()
 			r.drains.forgetExcept(req.Name, nil)
 			metrics.ForgetPool(req.Name)
 			return reconcile.Result{}, nil
@@ -204,6 +212,12 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	after := min(r.opts.RequeueInterval, untilResolve)
 	if out.RequeueAfter > 0 {
 		after = min(after, out.RequeueAfter)
+	}
+	r.mu.Lock()
+	due, ok := r.statusDue[req.Name]
+	r.mu.Unlock()
+	if ok {
+		after = min(after, due)
 	}
 	if applied {
 		after = min(after, time.Second)

@@ -226,8 +226,8 @@ func (r *reader) events(ctx context.Context, node string) ([]Event, error) {
 }
 
 // mergeTwins shows once an Event recorded on both the BootcNode and the
-// Node (the coordinator records a node's Events on both, so `kubectl
-// describe node` has them too): same type, reason and message, at most a
+// Node (the coordinator records most of a node's Events on both, so
+// `kubectl describe node` has them too): same type, reason and message, at most a
 // second apart.
 func mergeTwins(evs []Event) []Event {
 	var out []Event

@@ -118,6 +118,9 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if err := f.WaitCoordinatorWorking(2 * time.Minute); err != nil {
+		b.Fatal(err)
+	}
 	created := time.Now()
 	p.Create("v2", opts)
 	stop := progress(p, v2, created, 30*time.Second)

@@ -37,7 +37,31 @@ func (f *Fleet) startCoordinatorProc() {
 	}
 	f.mu.Lock()
 	f.coordProc = p
+	f.coordLog = path
 	f.mu.Unlock()
+}
+
+// WaitCoordinatorWorking waits until the coordinator process's controller
+// has started its workers (its caches synced), so what a test times from
+// then on is the rollout, not the process starting on a busy machine.
+func (f *Fleet) WaitCoordinatorWorking(timeout time.Duration) error {
+	f.mu.Lock()
+	path := f.coordLog
+	f.mu.Unlock()
+	if path == "" {
+		return nil // in-process: Start returned once it ran
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && strings.Contains(string(b), `"msg":"Starting workers"`) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the coordinator did not start its workers within %s (log %s)", timeout, path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // CoordinatorPID is the coordinator process's id (0 when in-process).

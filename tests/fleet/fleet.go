@@ -60,6 +60,7 @@ type Fleet struct {
 	ctx         context.Context
 	cancel      context.CancelFunc
 	tb          testing.TB
+	coordLog    string // the coordinator process's log, when it runs as one
 	dir         string
 	coordCfg    *rest.Config
 	coordOpts   controller.Options
