@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -44,9 +46,11 @@ import (
 //   - no bootc process or CLI: it reads and changes the in-memory machine
 //     directly (no bootc status parsing, no sysroot lock, no stale window);
 //   - no D-Bus/logind and no sd_notify; no soft reboot (full reboots only);
-//   - no confirm read: the real agent GETs the grant's Lease (a quorum read)
-//     right before stage, unlock and reboot; the light agent acts on its
-//     informer copy (its events name that copy's resourceVersion);
+//   - the same confirm reads (a quorum GET of the grant's Lease right before
+//     stage, unlock and reboot, traced with the version read), but no bootc
+//     process around them: the real agent's unlock runs
+//     `bootc upgrade --from-downloaded` (here the test bootc, a process of
+//     its own), which the light agent does in memory;
 //   - no reboot record on disk and no settle or reboot timeouts, no stage
 //     retries, no degraded phases, no signature policy;
 //   - one shared informer (the harness's own identity) watches every
@@ -55,10 +59,11 @@ import (
 //     writes;
 //   - no 250 ms minimum gap between rounds: it acts on each change at once.
 type LightAgent struct {
-	n     *SimNode
-	hub   *lightHub
-	fleet rest.Interface
-	pokes chan struct{}
+	n      *SimNode
+	hub    *lightHub
+	fleet  rest.Interface
+	leases coordinationv1client.LeaseInterface // the node's identity: confirm reads
+	pokes  chan struct{}
 
 	lastReport   map[string]any
 	lastReportAt time.Time
@@ -138,7 +143,13 @@ func (n *SimNode) runLight(ctx, hostCtx context.Context, hub *lightHub) {
 		n.logger.Error("light agent did not start", "err", err)
 		return
 	}
-	a := &LightAgent{n: n, hub: hub, fleet: rc, pokes: make(chan struct{}, 1), credited: map[lease.ID]bool{}, hostCtx: hostCtx}
+	cs, err := kubernetes.NewForConfig(n.rest)
+	if err != nil {
+		n.logger.Error("light agent did not start", "err", err)
+		return
+	}
+	a := &LightAgent{n: n, hub: hub, fleet: rc, leases: cs.CoordinationV1().Leases(lease.Namespace), pokes: make(chan struct{}, 1),
+		credited: map[lease.ID]bool{}, hostCtx: hostCtx}
 	hub.mu.Lock()
 	hub.agents[n.Name] = a
 	hub.mu.Unlock()
@@ -181,7 +192,6 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	n.mu.Unlock()
 	desired := bn.Spec.DesiredImage
 	var stage, reboot *lease.Grant
-	var stageRV, rebootRV string
 	var claims []fleetv1.GrantInUse
 	var every time.Duration = 5 * time.Minute
 	objs, _ := a.hub.leases.GetIndexer().ByIndex("holder", n.Name)
@@ -197,9 +207,9 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 		claims = append(claims, fleetv1.GrantInUse{Lease: l.Name, UID: g.UID, LeaseTransitions: g.Transitions})
 		every = min(every, g.Duration/lease.HeartbeatsPerLease)
 		if g.Kind == lease.KindStage {
-			stage, stageRV = &g, l.ResourceVersion
+			stage = &g
 		} else {
-			reboot, rebootRV = &g, l.ResourceVersion
+			reboot = &g
 		}
 	}
 	onDesired := func(d *testbootc.Deployment) bool { return d != nil && desired != "" && d.Image == desired }
@@ -222,8 +232,12 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	}
 	switch {
 	case phase == fleetv1.PhaseStaging && stage != nil && a.credited[stage.ID] && !a.staging.Load():
+		rv, ok := a.confirm(ctx, stage)
+		if !ok {
+			return time.Second
+		}
 		a.staging.Store(true)
-		n.trace(agent.Step{Kind: "stage", Lease: stage.Lease, ResourceVersion: stageRV})
+		n.trace(agent.Step{Kind: "stage", Lease: stage.Lease, ResourceVersion: rv})
 		n.log.Add(n.event(invariant.StageStart, desired))
 		n.setStaging(true)
 		go func() {
@@ -238,20 +252,43 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 			a.hub.poke(n.Name)
 		}()
 	case phase == fleetv1.PhaseStaged && reboot != nil && reboot.Phase == lease.PhaseReboot && a.credited[reboot.ID]:
-		n.trace(agent.Step{Kind: "apply", Lease: reboot.Lease, ResourceVersion: rebootRV})
+		rv, ok := a.confirm(ctx, reboot)
+		if !ok {
+			return time.Second
+		}
+		n.trace(agent.Step{Kind: "apply", Lease: reboot.Lease, ResourceVersion: rv})
 		a.report(ctx, bn, st, fleetv1.PhaseRebooting, "rebooting into the staged image", claims, every)
 		n.log.Add(n.event(invariant.Apply, desired))
 		if err := n.Machine.Apply(); err != nil {
 			return time.Second
 		}
 		n.log.Add(n.event(invariant.Unlocked, desired))
-		n.trace(agent.Step{Kind: "reboot", Lease: reboot.Lease, ResourceVersion: rebootRV})
+		if rv, ok = a.confirm(ctx, reboot); !ok {
+			return time.Second
+		}
+		n.trace(agent.Step{Kind: "reboot", Lease: reboot.Lease, ResourceVersion: rv})
 		n.log.Add(n.event(invariant.Reboot, desired))
 		a.rebooting = true
 		n.Reboot(a.hostCtx, true)
 		return time.Minute
 	}
 	return every
+}
+
+// confirm reads g's Lease from the API server (no resourceVersion: a
+// quorum read, never the watch cache) and reports whether it still holds
+// exactly g, and at which version, as the real agent does before each step.
+func (a *LightAgent) confirm(ctx context.Context, g *lease.Grant) (string, bool) {
+	l, err := a.leases.Get(ctx, g.Lease, metav1.GetOptions{})
+	if err != nil {
+		return "", false
+	}
+	cur, err := lease.Parse(l)
+	if err != nil || cur.ID != g.ID || cur.Holder != g.Holder || cur.Image != g.Image || cur.BootID != g.BootID ||
+		cur.Phase != g.Phase || cur.Failure != "" {
+		return "", false
+	}
+	return l.ResourceVersion, true
 }
 
 // report writes the status when it changed or a heartbeat is due; it
