@@ -349,7 +349,7 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	if err != nil {
 		return fmt.Errorf("cordoning for slot %s: %w", c.Slot, err)
 	}
-	was, node, err := r.opts.Drainer.Cordon(ctx, c.Node, lease.CordonMark(g.ID))
+	was, node, err := r.opts.Drainer.Cordon(ctx, c.Node, lease.CordonMark(g.ID), r.cachedNode(ctx, c.Node))
 	if err != nil {
 		return fmt.Errorf("cordoning node %s: %w", c.Node, err)
 	}
@@ -365,8 +365,17 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	return nil
 }
 
+// cachedNode is the cache's copy of node, nil if it has none.
+func (r *poolReconciler) cachedNode(ctx context.Context, node string) *corev1.Node {
+	var n corev1.Node
+	if err := r.client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		return nil
+	}
+	return &n
+}
+
 func (r *poolReconciler) uncordon(ctx context.Context, pool, node string) error {
-	n, err := r.opts.Drainer.Uncordon(ctx, node)
+	n, err := r.opts.Drainer.Uncordon(ctx, node, r.cachedNode(ctx, node))
 	if err != nil {
 		return fmt.Errorf("uncordoning node %s: %w", node, err)
 	}

@@ -22,9 +22,10 @@ import (
 type NodeDrainer interface {
 	// Cordon cordons node, marking it with mark in the same update; it
 	// reports whether someone else had cordoned it already, and the Node it
-	// wrote (nil if it wrote none).
-	Cordon(ctx context.Context, node, mark string) (wasCordoned bool, written *corev1.Node, err error)
-	Uncordon(ctx context.Context, node string) (written *corev1.Node, err error)
+	// wrote (nil if it wrote none). seen (may be nil) is the Node as last
+	// seen, used for a conditional first write instead of a read.
+	Cordon(ctx context.Context, node, mark string, seen *corev1.Node) (wasCordoned bool, written *corev1.Node, err error)
+	Uncordon(ctx context.Context, node string, seen *corev1.Node) (written *corev1.Node, err error)
 	Drain(ctx context.Context, node string, timeout time.Duration) error
 }
 

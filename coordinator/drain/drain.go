@@ -71,23 +71,36 @@ func New(client kubernetes.Interface, log logr.Logger) *Drainer {
 //
 // written is the Node as the API server returned it after the write (nil
 // when nothing was written), so the caller can wait for its cache to show it.
-func (d *Drainer) Cordon(ctx context.Context, node, mark string) (wasCordoned bool, written *corev1.Node, err error) {
-	written, err = d.setUnschedulable(ctx, node, true, mark, &wasCordoned)
+//
+// seen, if not nil, is the Node as the caller last saw it (say, in its
+// cache): it stands in for the first read, which saves a round trip. That
+// is safe because the write is conditional on its resourceVersion: a stale
+// copy fails with Conflict, and the Node is then read afresh.
+func (d *Drainer) Cordon(ctx context.Context, node, mark string, seen *corev1.Node) (wasCordoned bool, written *corev1.Node, err error) {
+	written, err = d.setUnschedulable(ctx, node, true, mark, &wasCordoned, seen)
 	return wasCordoned, written, err
 }
 
 // Uncordon marks node schedulable (a no-op if it is) and removes the mark.
-// written is as for Cordon.
-func (d *Drainer) Uncordon(ctx context.Context, node string) (written *corev1.Node, err error) {
-	return d.setUnschedulable(ctx, node, false, "", nil)
+// written and seen are as for Cordon.
+func (d *Drainer) Uncordon(ctx context.Context, node string, seen *corev1.Node) (written *corev1.Node, err error) {
+	return d.setUnschedulable(ctx, node, false, "", nil, seen)
 }
 
-func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, mark string, already *bool) (*corev1.Node, error) {
+func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, mark string, already *bool, seen *corev1.Node) (*corev1.Node, error) {
 	verb := map[bool]string{true: "cordoning", false: "uncordoning"}[want]
 	for {
-		n, err := d.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("%s node %s: %w", verb, node, err)
+		n := seen
+		seen = nil
+		if n == nil || n.Name != node {
+			var err error
+			if n, err = d.client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("%s node %s: %w", verb, node, err)
+			}
+		} else if n.Spec.Unschedulable == want {
+			// What decides "someone else's cordon" or "nothing to do" is
+			// read afresh; only a write may rest on the copy.
+			continue
 		}
 		_, marked := n.Annotations[lease.NodeAnnotationCordonedFor]
 		if n.Spec.Unschedulable == want {

@@ -270,7 +270,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			was, written, err := d.Cordon(c.ctx(), tc.node, tc.mark)
+			was, written, err := d.Cordon(c.ctx(), tc.node, tc.mark, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +301,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 
 	t.Run("uncordon makes the node schedulable, twice is fine", func(t *testing.T) {
 		for range 2 {
-			if _, err := d.Uncordon(c.ctx(), "cordon-free"); err != nil {
+			if _, err := d.Uncordon(c.ctx(), "cordon-free", nil); err != nil {
 				t.Fatal(err)
 			}
 			if c.unschedulable("cordon-free") {
@@ -326,7 +326,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := d.Cordon(c.ctx(), "cordon-free", mark); err != nil {
+		if _, _, err := d.Cordon(c.ctx(), "cordon-free", mark, nil); err != nil {
 			t.Fatal(err)
 		}
 		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"unschedulable":true}}`, n.ResourceVersion)
@@ -334,15 +334,48 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 		if !apierrors.IsConflict(err) {
 			t.Fatalf("stale conditional patch = %v, want Conflict", err)
 		}
-		if _, err := d.Uncordon(c.ctx(), "cordon-free"); err != nil {
+		if _, err := d.Uncordon(c.ctx(), "cordon-free", nil); err != nil {
 			t.Fatal(err)
 		}
 	})
+	t.Run("a copy the caller saw stands in for the first read, never for the truth", func(t *testing.T) {
+		get := func() *corev1.Node {
+			n, err := c.cs.CoreV1().Nodes().Get(c.ctx(), "cordon-free", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		// Current copy: the cordon is written on it, marked ours.
+		was, written, err := d.Cordon(c.ctx(), "cordon-free", mark, get())
+		if err != nil || was || written == nil || written.Annotations[lease.NodeAnnotationCordonedFor] != mark {
+			t.Fatalf("Cordon on a current copy = was %v, written %v, %v", was, written != nil, err)
+		}
+		if _, err := d.Uncordon(c.ctx(), "cordon-free", get()); err != nil || c.unschedulable("cordon-free") {
+			t.Fatalf("Uncordon on a current copy: %v, unschedulable %v", err, c.unschedulable("cordon-free"))
+		}
+		// Stale copy: someone cordoned the node after it. Not claimed.
+		stale := get()
+		if _, err := c.cs.CoreV1().Nodes().Patch(c.ctx(), "cordon-free", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		was, written, err = d.Cordon(c.ctx(), "cordon-free", mark, stale)
+		if err != nil || !was || written != nil {
+			t.Fatalf("Cordon on a stale copy = was %v, written %v, %v; want someone else's cordon, nothing written", was, written != nil, err)
+		}
+		if _, ok := get().Annotations[lease.NodeAnnotationCordonedFor]; ok {
+			t.Fatal("marked someone else's cordon as ours")
+		}
+		// A copy already in the wanted state is not trusted either.
+		if _, err := d.Uncordon(c.ctx(), "cordon-free", stale); err != nil || c.unschedulable("cordon-free") {
+			t.Fatalf("Uncordon with a copy showing it schedulable: %v, unschedulable %v", err, c.unschedulable("cordon-free"))
+		}
+	})
 	t.Run("missing node is NotFound", func(t *testing.T) {
-		if _, _, err := d.Cordon(c.ctx(), "no-such-node", mark); !apierrors.IsNotFound(err) {
+		if _, _, err := d.Cordon(c.ctx(), "no-such-node", mark, nil); !apierrors.IsNotFound(err) {
 			t.Fatalf("Cordon = %v, want NotFound", err)
 		}
-		if _, err := d.Uncordon(c.ctx(), "no-such-node"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "no-such-node") {
+		if _, err := d.Uncordon(c.ctx(), "no-such-node", nil); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "no-such-node") {
 			t.Fatalf("Uncordon = %v, want NotFound naming the node", err)
 		}
 	})

@@ -119,14 +119,14 @@ func TestCoordinatorNodeWritesAreCordonsOnly(t *testing.T) {
 	denied("a cordon with a taint", `{"spec":{"unschedulable":true,"taints":[{"key":"k","effect":"NoSchedule"}]}}`, "may change only spec.unschedulable")
 
 	d := drain.New(cs, logr.Discard())
-	if _, _, err := d.Cordon(ctx, node.Name, "pool-reboot-0#1/uid"); err != nil {
+	if _, _, err := d.Cordon(ctx, node.Name, "pool-reboot-0#1/uid", nil); err != nil {
 		t.Fatalf("the coordinator's cordon was refused: %v", err)
 	}
 	got := &corev1.Node{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || !got.Spec.Unschedulable || got.Annotations[lease.NodeAnnotationCordonedFor] == "" {
 		t.Fatalf("after the cordon: %v, unschedulable %v, annotations %v", err, got.Spec.Unschedulable, got.Annotations)
 	}
-	if _, err := d.Uncordon(ctx, node.Name); err != nil {
+	if _, err := d.Uncordon(ctx, node.Name, nil); err != nil {
 		t.Fatalf("the coordinator's uncordon was refused: %v", err)
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || got.Spec.Unschedulable || got.Annotations["someone/else"] != "x" || got.Labels["keep"] != "me" {

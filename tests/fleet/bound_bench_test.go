@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,6 +61,10 @@ func BenchmarkRolloutBound(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
+	// Thousands of light agents hold two API connections each, in this
+	// process and in the API server it starts: raise the open-file limit
+	// (children inherit it) as far as the kernel allows, when permitted.
+	raiseOpenFiles()
 	bin, err := BuildProcBinaries(context.Background(), filepath.Join(b.TempDir(), "bin"))
 	if err != nil {
 		b.Fatal(err)
@@ -197,4 +202,24 @@ func rebootSlotsFree(ctx context.Context, f *Fleet, pool string) bool {
 		}
 	}
 	return true
+}
+
+func raiseOpenFiles() {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	want := uint64(1 << 20)
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			want = n
+		}
+	}
+	if lim.Max >= want {
+		return
+	}
+	lim.Cur, lim.Max = want, want
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fmt.Fprintf(os.Stderr, "rollout bound: open-file limit stays at %d (%v)\n", lim.Max, err)
+	}
 }
