@@ -190,7 +190,6 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
 	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
 	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
-	in.MaxGrants = maxGrantsPerPass
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
 	}
@@ -220,9 +219,6 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if ok {
 		after = min(after, due)
 	}
-	if out.MoreGrants {
-		after = time.Millisecond // the rest of the grants, at once
-	}
 	if applied {
 		after = min(after, time.Second)
 	}
@@ -230,10 +226,6 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 }
 
 var errInvalidSelector = errors.New("invalid spec.nodeSelector")
-
-// maxGrantsPerPass caps a pass's new grants (plan.Input.MaxGrants): eight
-// rounds of concurrent writes, so no pass holds the next one for long.
-const maxGrantsPerPass = 8 * writeParallelism
 
 // cacheWait bounds how long a pass waits for the cache to show the previous
 // pass's writes; watch events normally arrive within milliseconds.

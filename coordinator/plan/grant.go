@@ -105,17 +105,9 @@ func (p *planner) grant(slots []Slot) {
 	}
 	rebootable = RebootOrder(rebootable, func(name string) bool { return other[name] })
 	granted := map[string]bool{}
-	made := 0
-	capped := func() bool {
-		if p.in.MaxGrants > 0 && made >= p.in.MaxGrants {
-			p.out.MoreGrants = true
-			return true
-		}
-		return false
-	}
 	if !p.halted() && p.rebootGrantsAllowed(heldReboot) {
 		for _, name := range rebootable {
-			if len(free[lease.KindReboot]) == 0 || capped() {
+			if len(free[lease.KindReboot]) == 0 {
 				break
 			}
 			// A node already counted as unavailable moves into a slot without
@@ -128,7 +120,6 @@ func (p *planner) grant(slots []Slot) {
 			n := p.nodes[name]
 			tgt, _ := p.targetOf(name)
 			p.grantSlot(s, n, tgt, p.fresh(n))
-			made++
 			heldReboot++
 			delete(other, name)
 			granted[name] = true
@@ -138,11 +129,6 @@ func (p *planner) grant(slots []Slot) {
 
 	for _, name := range p.stageQueue() {
 		if len(free[lease.KindStage]) == 0 || heldStage >= p.b.MaxStaging || !p.stageGrantsAllowed() {
-			break
-		}
-		// At the cap there may be nothing left to grant anyway: then the
-		// next pass, with its grants written, makes none and stops.
-		if capped() {
 			break
 		}
 		n := p.nodes[name]
@@ -157,7 +143,6 @@ func (p *planner) grant(slots []Slot) {
 		s := free[lease.KindStage][0]
 		free[lease.KindStage] = free[lease.KindStage][1:]
 		p.grantSlot(s, n, tgt, st)
-		made++
 		heldStage++
 		p.nodeEvent(name, "Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, tgt)
 	}

@@ -820,37 +820,3 @@ func TestPlanIsDeterministic(t *testing.T) {
 		t.Fatal("two plans of one input differ")
 	}
 }
-
-// MaxGrants spreads a wave of grants over short passes, reboot grants first.
-func TestGrantsPerPassAreCapped(t *testing.T) {
-	w := settled(10, 2, 10)
-	w.maxGrants = 4
-	var stages []int
-	for i := 0; i < 10; i++ {
-		out := w.step()
-		g := changes(out, OpGrant, lease.KindStage)
-		if len(g) == 0 {
-			if out.MoreGrants {
-				t.Fatalf("pass %d made no grant but asked for more", i)
-			}
-			continue
-		}
-		stages = append(stages, len(g))
-		if len(g) > 4 {
-			t.Fatalf("pass %d granted %d, cap 4", i, len(g))
-		}
-		if out.MoreGrants != (len(g) == 4) {
-			t.Fatalf("pass %d: %d grants, MoreGrants %v", i, len(g), out.MoreGrants)
-		}
-	}
-	if !reflect.DeepEqual(stages, []int{4, 4, 2}) {
-		t.Fatalf("stage grants per pass %v, want [4 4 2]", stages)
-	}
-
-	w = stagedWorld(8, 3)
-	w.maxGrants = 2
-	out := w.plan()
-	if r := changes(out, OpGrant, lease.KindReboot); len(r) != 2 || !out.MoreGrants {
-		t.Fatalf("reboot grants %d (MoreGrants %v), want 2 and more to come", len(r), out.MoreGrants)
-	}
-}

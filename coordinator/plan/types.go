@@ -17,12 +17,6 @@ import (
 type Input struct {
 	// Pool is the pool as read (spec, status, generation).
 	Pool *fleetv1.BootcNodePool
-	// MaxGrants caps the new grants of one pass (0: no cap). A pass of a
-	// 1,000-node pool would otherwise grant every stage slot at once and
-	// hold the next pass, with the first reboot grants, behind 1,000
-	// writes; with a cap the grants go out over a few short passes
-	// (Output.MoreGrants), reboot grants first.
-	MaxGrants int
 	// Target is the resolved image, or the last one resolved when
 	// ResolveError is set (existing grants still finish against it).
 	Target imageref.Pinned
@@ -264,9 +258,6 @@ type Output struct {
 
 	Status fleetv1.BootcNodePoolStatus
 	Events []Event
-	// MoreGrants: MaxGrants stopped this pass short of grants it could make;
-	// plan again at once.
-	MoreGrants bool
 	// RequeueAfter is when the next deadline (lease expiry, reboot timeout)
 	// falls; zero when none.
 	RequeueAfter time.Duration

@@ -54,7 +54,6 @@ func bootID(node string, boot int) string {
 // world is a pool's objects as the API server would hold them; apply carries
 // out an Output the way the controller does (same Lease mutations).
 type world struct {
-	maxGrants int // Input.MaxGrants
 	pool       *fleetv1.BootcNodePool
 	target     imageref.Pinned
 	index      *platform.Index // the target's, when it is a multi-arch index
@@ -153,7 +152,6 @@ func (w *world) input() Input {
 		Now:           w.now,
 		LeaseDuration: time.Minute,
 		Heartbeats:    map[string]Heartbeat{},
-		MaxGrants:     w.maxGrants,
 	}
 	for k, v := range w.hb {
 		in.Heartbeats[k] = v
