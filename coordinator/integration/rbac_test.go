@@ -101,8 +101,12 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 				}
 			}
 			onBN := objectEvents(t, "BootcNode", node)
-			return got[plan.EventRebootGranted] > 0 && got[plan.EventDrained] > 0 && got[plan.EventNodeUpdated] > 0 && got[plan.EventStaged] > 0 &&
-				onBN[plan.EventRebootGranted] > 0 && onBN[plan.EventNodeUpdated] > 0, fmt.Sprint(got, onBN, pe)
+			// The Node has every cordon, drain and reboot; staging progress
+			// is the BootcNode's alone (amendment 16), which has it all.
+			return got[plan.EventRebootGranted] > 0 && got[plan.EventDrained] > 0 && got[plan.EventNodeUpdated] > 0 &&
+					got[plan.EventStageGranted] == 0 && got[plan.EventStaged] == 0 &&
+					onBN[plan.EventStageGranted] > 0 && onBN[plan.EventStaged] > 0 && onBN[plan.EventRebootGranted] > 0 && onBN[plan.EventNodeUpdated] > 0,
+				fmt.Sprint(got, onBN, pe)
 		})
 	}
 	var left corev1.Pod

@@ -109,8 +109,24 @@ func TestProcFleetPrivateSignedImages(t *testing.T) {
 			if !strings.Contains(bn.Status.Message, "A signature was required, but no signature exists") {
 				t.Errorf("%s: message %q lacks bootc's reason", n.Name, bn.Status.Message)
 			}
-			if got := bn.Annotations[fleetv1.AnnotationRolloutState]; got != fleetv1.RolloutFailed {
-				t.Errorf("%s: rollout state %q, want %s", n.Name, got, fleetv1.RolloutFailed)
+			// The rollout annotations are written in the background, a
+			// second after the state settles (amendment 16).
+			name := n.Name
+			waitDeadline := time.Now().Add(60 * time.Second)
+			for {
+				var cur fleetv1.BootcNode
+				if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: name}, &cur); err != nil {
+					t.Fatal(err)
+				}
+				got := cur.Annotations[fleetv1.AnnotationRolloutState]
+				if got == fleetv1.RolloutFailed {
+					break
+				}
+				if time.Now().After(waitDeadline) {
+					t.Errorf("%s: rollout state %q, want %s", name, got, fleetv1.RolloutFailed)
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
 			}
 		}
 	}
