@@ -63,12 +63,15 @@ func (o *ownWrites) put(pool string, k writeKey, w written) {
 	o.pending[pool][k] = w
 }
 
-func (o *ownWrites) snapshot(pool string) map[writeKey]written {
+// snapshot copies the pool's pending writes that which selects.
+func (o *ownWrites) snapshot(pool string, which func(writeKey) bool) map[writeKey]written {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make(map[writeKey]written, len(o.pending[pool]))
+	out := map[writeKey]written{}
 	for k, v := range o.pending[pool] {
-		out[k] = v
+		if which(k) {
+			out[k] = v
+		}
 	}
 	return out
 }
@@ -107,10 +110,7 @@ func (o *ownWrites) awaitKeys(ctx context.Context, pool string, cache client.Rea
 	deadline := time.Now().Add(timeout)
 	for delay := 500 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
 		left := 0
-		for k, w := range o.snapshot(pool) {
-			if !which(k) {
-				continue
-			}
+		for k, w := range o.snapshot(pool, which) {
 			obj := newObject(k.kind)
 			err := cache.Get(ctx, client.ObjectKey{Namespace: k.namespace, Name: k.name}, obj)
 			switch {
@@ -134,10 +134,8 @@ func (o *ownWrites) awaitKeys(ctx context.Context, pool string, cache client.Rea
 			return 0
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			for k, w := range o.snapshot(pool) {
-				if which(k) {
-					o.done(pool, k, w)
-				}
+			for k, w := range o.snapshot(pool, which) {
+				o.done(pool, k, w)
 			}
 			return left
 		}
