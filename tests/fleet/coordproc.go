@@ -26,6 +26,11 @@ func (f *Fleet) startCoordinatorProc() {
 	if err != nil {
 		f.tb.Fatal(err)
 	}
+	// What this process writes starts here (the file may hold earlier runs).
+	var from int64
+	if st, err := out.Stat(); err == nil {
+		from = st.Size()
+	}
 	defer out.Close()
 	args := []string{"--kubeconfig", kc, "--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0", "--insecure-registry", f.Registry}
@@ -37,7 +42,7 @@ func (f *Fleet) startCoordinatorProc() {
 	}
 	f.mu.Lock()
 	f.coordProc = p
-	f.coordLog = path
+	f.coordLog, f.coordLogFrom = path, from
 	f.mu.Unlock()
 }
 
@@ -46,7 +51,7 @@ func (f *Fleet) startCoordinatorProc() {
 // then on is the rollout, not the process starting on a busy machine.
 func (f *Fleet) WaitCoordinatorWorking(timeout time.Duration) error {
 	f.mu.Lock()
-	path := f.coordLog
+	path, from := f.coordLog, f.coordLogFrom
 	f.mu.Unlock()
 	if path == "" {
 		return nil // in-process: Start returned once it ran
@@ -54,7 +59,7 @@ func (f *Fleet) WaitCoordinatorWorking(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		b, err := os.ReadFile(path)
-		if err == nil && strings.Contains(string(b), `"msg":"Starting workers"`) {
+		if err == nil && int64(len(b)) >= from && strings.Contains(string(b[from:]), `"msg":"Starting workers"`) {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -57,23 +57,24 @@ type Fleet struct {
 	pools   map[string]*Pool
 	restart sync.Mutex // one coordinator restart at a time
 
-	ctx         context.Context
-	cancel      context.CancelFunc
-	tb          testing.TB
-	directAPI   bool   // Options.DirectAPI
-	coordLog    string // the coordinator process's log, when it runs as one
-	dir         string
-	coordCfg    *rest.Config
-	coordOpts   controller.Options
-	agentOpts   func(*agent.Config)
-	coordCancel context.CancelFunc
-	coordDone   chan struct{}
-	coordBin    string
-	coordProc   *procProcess
-	light       bool
-	hub         *lightHub
-	logger      *slog.Logger
-	verbose     bool
+	ctx          context.Context
+	cancel       context.CancelFunc
+	tb           testing.TB
+	directAPI    bool   // Options.DirectAPI
+	coordLog     string // the coordinator process's log, when it runs as one
+	coordLogFrom int64  // where the running process's part of coordLog starts
+	dir          string
+	coordCfg     *rest.Config
+	coordOpts    controller.Options
+	agentOpts    func(*agent.Config)
+	coordCancel  context.CancelFunc
+	coordDone    chan struct{}
+	coordBin     string
+	coordProc    *procProcess
+	light        bool
+	hub          *lightHub
+	logger       *slog.Logger
+	verbose      bool
 }
 
 // Pool is one pool of the fleet and its nodes.
