@@ -252,7 +252,7 @@ func newObject(kind string) client.Object {
 	}
 }
 
-// observed is one fresh read of a pool's world.
+// observed is one read of a pool's world from the cache (after ownWrites).
 type observed struct {
 	input      plan.Input
 	leases     map[string]*coordinationv1.Lease // slot Leases by name, as read
