@@ -12,7 +12,7 @@ import (
 // grant after a lease duration without a report and counts a revoked holder
 // still Staging for a lease duration after its last report (amendments 7
 // and 8), always sees several reports per lease duration, and often enough
-// that a pool names a quiet agent within a minute.
+// that a pool names a quiet agent within its --quiet-after of 3 minutes.
 func TestReportCadenceAtProductionIntervals(t *testing.T) {
 	const coordinatorLease = 2 * time.Minute // the coordinator's default
 	var cfg Config
@@ -28,7 +28,7 @@ func TestReportCadenceAtProductionIntervals(t *testing.T) {
 	}{
 		{"holding a stage grant", "Staging", []lease.Grant{stage}, coordinatorLease, coordinatorLease / lease.HeartbeatsPerLease, time.Second},
 		{"revoked but still Staging", "Staging", nil, coordinatorLease, coordinatorLease / lease.HeartbeatsPerLease, time.Second},
-		{"waiting for a slot", "Waiting", nil, coordinatorLease, 15 * time.Second, time.Second},
+		{"waiting for a slot", "Waiting", nil, coordinatorLease, time.Minute, time.Second},
 		{"idle", "Idle", nil, coordinatorLease, 5 * time.Minute, 5 * time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -138,7 +138,7 @@ func (r *runner) confirm(ctx context.Context, want decide.HeldGrant, act lease.A
 // holds a grant, HeartbeatsPerLease times per lease duration (the
 // coordinator expires a stage grant after a lease duration without one);
 // while it has rollout work (any phase but Idle) every ActiveReportInterval,
-// so the pool can tell a quiet agent within a minute; otherwise every
+// so the pool can tell a quiet agent within minutes; otherwise every
 // ReportInterval.
 func (r *runner) reportEvery(phase string) time.Duration {
 	every := r.cfg.ReportInterval

@@ -110,7 +110,10 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 	meta.SetStatusCondition(&conds, c)
 	meta.SetStatusCondition(&conds, r.apiAccess(n.Generation))
 	rep.Conditions = conds
-	if r.reported && rep.sameAs(r.lastReport) && r.now().Sub(r.lastReportAt) < r.reportEvery(string(a.Phase)) {
+	// A grant the coordinator took back (released, revoked, handed on) is
+	// no news to it: dropping it from the list waits for the next report.
+	// A stale entry names a grant identity that no longer exists.
+	if r.reported && rep.sameAs(r.withoutGone(r.lastReport)) && r.now().Sub(r.lastReportAt) < r.reportEvery(string(a.Phase)) {
 		return false
 	}
 	for _, c := range claims {
@@ -183,7 +186,7 @@ func (r *runner) heartbeat(ctx context.Context) bool {
 	if id, err := r.deps.Host.BootID(); err != nil || id != r.lastReport.BootID {
 		return false
 	}
-	if err := r.send(ctx, r.lastReport); err != nil {
+	if err := r.send(ctx, r.withoutGone(r.lastReport)); err != nil {
 		r.log.Info("heartbeat failed", "err", err)
 	}
 	return true // a failed one is retried after a pause (reportDue)
@@ -203,6 +206,19 @@ func (r *runner) reportRefusal(ctx context.Context, gen int64, conds []metav1.Co
 		return false
 	}
 	return true
+}
+
+// withoutGone is rep without the grants whose Lease no longer holds that
+// grant for this node (the coordinator released, revoked or re-granted it).
+func (r *runner) withoutGone(rep statusReport) statusReport {
+	kept := make([]fleetv1.GrantInUse, 0, len(rep.Grants))
+	for _, g := range rep.Grants {
+		if h := r.held[g.Lease]; h != nil && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
+			kept = append(kept, g)
+		}
+	}
+	rep.Grants = kept
+	return rep
 }
 
 // inUse turns claims into the status list, with each grant's UID.

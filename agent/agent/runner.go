@@ -304,6 +304,11 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	}
 	r.explain(act)
 	again, next = r.carryOut(ctx, obs, act)
+	if act.Kind == decide.ClearRecord && again {
+		// Bookkeeping done; the round that follows at once reports the
+		// state after it (one status write, not two).
+		return again, next
+	}
 	if r.report(ctx, obs, st, act) {
 		again = true // a grant just got its first heartbeat: use it now
 	}

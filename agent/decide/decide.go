@@ -475,6 +475,12 @@ func stageOrWait(o Observation) Action {
 			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
 				Message: f.prefix() + fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)}
 		}
+		if f == nil && awaitingFirstHeartbeat(o, img) {
+			// The report of this decision lists the new grant (Claims); once
+			// it is accepted the grant is usable and the stage starts, with
+			// the same report: one status write instead of two.
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Message: "Staging " + short(img)}
+		}
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingForGrant,
 			Message: "Waiting for a stage slot for " + short(img)}
 	}
@@ -529,6 +535,23 @@ func validGrant(o Observation, act lease.Action, img imageref.Pinned) (HeldGrant
 		}
 	}
 	return HeldGrant{}, err
+}
+
+// awaitingFirstHeartbeat: a stage grant for img that would allow the stage
+// but for the heartbeat it has not had yet (a grant seen for the first time
+// is used only once a report listing it was accepted, amendment 8).
+func awaitingFirstHeartbeat(o Observation, img imageref.Pinned) bool {
+	for _, g := range o.Grants {
+		if g.Kind != lease.KindStage || !g.LastHeartbeat.IsZero() {
+			continue
+		}
+		c := check(o, g, lease.ActionStage, img)
+		c.LastHeartbeat = o.Now
+		if g.Allows(c) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // grantFor checks the grant with exactly this identity.

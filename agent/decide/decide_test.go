@@ -510,9 +510,23 @@ func TestDecide(t *testing.T) {
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
 		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
-		{"rule 5: a stage grant without an accepted heartbeat is not used yet", func() Observation {
+		{"rule 5: a stage grant without an accepted heartbeat is not used yet, but reported as the stage it starts", func() Observation {
 			o := base()
 			g := stageGrant(imgV2)
+			g.LastHeartbeat = time.Time{}
+			o.Grants = []HeldGrant{g}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: ReasonStaging}},
+		{"rule 5: a stage grant whose heartbeats lapsed waits, not staging", func() Observation {
+			o := base()
+			g := stageGrant(imgV2)
+			g.LastHeartbeat = t0.Add(-2 * time.Minute)
+			o.Grants = []HeldGrant{g}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		{"rule 5: a new stage grant for another boot is not reported as staging", func() Observation {
+			o := base()
+			g := grant(lease.KindStage, imgV2, bootB, "")
 			g.LastHeartbeat = time.Time{}
 			o.Grants = []HeldGrant{g}
 			return o

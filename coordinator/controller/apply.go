@@ -223,16 +223,15 @@ func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx contex
 	return g.Wait()
 }
 
-// recordEvents records the plan's Events. One about a node goes on its
-// BootcNode, with the pool as related object, so `kubectl describe
-// bootcnode` tells its whole story, and on its Node unless it is routine
-// staging progress (a download does not touch the Node), so `kubectl
-// describe node` tells every cordon, drain, reboot and problem. A Warning
-// about a node also goes on the pool, with the Node as related object
-// (without it events.k8s.io/v1 would fold the Events of different nodes with
-// the same reason into one series that keeps the first note). Routine
-// progress stays off the pool: every Event is an API write, and at 5,000
-// nodes the pool would carry five per node in a list no one reads.
+// recordEvents records the plan's Events. Every Event is an API write, so
+// routine progress about a node is recorded once: staging on its BootcNode
+// (a download does not touch the Node), everything else (cordon, drain,
+// reboot, revokes) on its Node, with the pool as related object, so
+// `kubectl describe node` tells every disruption and `kubectl bootc-fleet
+// explain`, which reads both, the whole story. A Warning about a node goes
+// on the Node, the BootcNode and the pool, with the Node as related object
+// there (without it events.k8s.io/v1 would fold the Events of different
+// nodes with the same reason into one series that keeps the first note).
 func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, out plan.Output) {
 	for _, e := range out.Events {
 		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
@@ -248,13 +247,14 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 		bn := w.bootcNodes[e.Node]
 		onBootcNode := bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name
-		if e.Type != corev1.EventTypeNormal {
+		warning := e.Type != corev1.EventTypeNormal
+		if warning {
 			r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 		}
 		if !onBootcNode || !stagingProgress(e) {
 			r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 		}
-		if onBootcNode {
+		if onBootcNode && (warning || stagingProgress(e)) {
 			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 		}
 	}
@@ -262,7 +262,7 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 
 // stagingProgress: a Normal Event about a node's download (amendment 16).
 func stagingProgress(e plan.Event) bool {
-	return e.Type == corev1.EventTypeNormal && (e.Reason == plan.EventStageGranted || e.Reason == plan.EventStaged)
+	return e.Type == corev1.EventTypeNormal && e.Reason == plan.EventStaged
 }
 
 // applySlot makes one slot's changes of the pass on read with one Update and

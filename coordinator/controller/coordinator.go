@@ -46,7 +46,7 @@ const (
 	DefaultLeaseDuration    = 2 * time.Minute
 	DefaultRequeueInterval  = time.Minute
 	DefaultWorkers          = 4
-	DefaultQuietAfter       = 45 * time.Second
+	DefaultQuietAfter       = 3 * time.Minute
 	DefaultLeaderElectionID = "bootc-fleet-coordinator"
 )
 
@@ -83,8 +83,8 @@ type Options struct {
 	// the coordinator has seen no report from for this long expires.
 	LeaseDuration time.Duration
 	// QuietAfter is how long a node with rollout work may go without a new
-	// report before the pool counts and names it (default 45s: agents
-	// report at least every 15s while they have work).
+	// report before the pool counts and names it (default 3m: agents
+	// report at least every minute while they have work).
 	QuietAfter time.Duration
 	// RequeueInterval bounds how long a pool goes without a reconcile.
 	RequeueInterval time.Duration

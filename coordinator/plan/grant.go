@@ -144,7 +144,6 @@ func (p *planner) grant(slots []Slot) {
 		free[lease.KindStage] = free[lease.KindStage][1:]
 		p.grantSlot(s, n, tgt, st)
 		heldStage++
-		p.nodeEvent(name, "Normal", EventStageGranted, "granted stage slot %s to node %s for %s", s.Name, name, tgt)
 	}
 }
 

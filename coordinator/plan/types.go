@@ -265,7 +265,6 @@ type Output struct {
 
 // Event reasons.
 const (
-	EventStageGranted   = "StageGranted"
 	EventRebootGranted  = "RebootGranted"
 	EventDrained        = "Drained"
 	EventDrainFailed    = "DrainFailed"

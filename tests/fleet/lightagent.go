@@ -195,9 +195,13 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	var claims []fleetv1.GrantInUse
 	var every time.Duration = 5 * time.Minute
 	objs, _ := a.hub.leases.GetIndexer().ByIndex("holder", n.Name)
+	held := map[lease.ID]bool{}
 	for _, o := range objs {
 		l := o.(*coordinationv1.Lease)
 		g, err := lease.Parse(l)
+		if err == nil && g.Holder == n.Name {
+			held[g.ID] = true
+		}
 		if err != nil || g.Holder != n.Name || g.Failure != "" || g.BootID != st.BootID || desired == "" || g.Image.String() != desired {
 			continue
 		}
@@ -225,9 +229,9 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 		phase, msg = fleetv1.PhaseStaging, "staging the desired image"
 	}
 	if phase != fleetv1.PhaseIdle {
-		every = min(every, 15*time.Second)
+		every = min(every, time.Minute) // agent.Config.ActiveReportInterval
 	}
-	if !a.report(ctx, bn, st, phase, msg, claims, every) {
+	if !a.report(ctx, bn, st, phase, msg, claims, held, every) {
 		return time.Second // retried after a pause, as the real agent does
 	}
 	switch {
@@ -257,7 +261,7 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 			return time.Second
 		}
 		n.trace(agent.Step{Kind: "apply", Lease: reboot.Lease, ResourceVersion: rv})
-		a.report(ctx, bn, st, fleetv1.PhaseRebooting, "rebooting into the staged image", claims, every)
+		a.report(ctx, bn, st, fleetv1.PhaseRebooting, "rebooting into the staged image", claims, held, every)
 		n.log.Add(n.event(invariant.Apply, desired))
 		if err := n.Machine.Apply(); err != nil {
 			return time.Second
@@ -292,8 +296,10 @@ func (a *LightAgent) confirm(ctx context.Context, g *lease.Grant) (string, bool)
 }
 
 // report writes the status when it changed or a heartbeat is due; it
-// reports whether the status the API server has is current.
-func (a *LightAgent) report(ctx context.Context, bn *fleetv1.BootcNode, st testbootc.State, phase fleetv1.NodePhase, msg string, claims []fleetv1.GrantInUse, every time.Duration) bool {
+// reports whether the status the API server has is current. As the real
+// agent, it writes nothing when the only change is a grant no longer held
+// (the coordinator took it back): held are the grants its Leases show.
+func (a *LightAgent) report(ctx context.Context, bn *fleetv1.BootcNode, st testbootc.State, phase fleetv1.NodePhase, msg string, claims []fleetv1.GrantInUse, held map[lease.ID]bool, every time.Duration) bool {
 	dep := func(d *testbootc.Deployment) any {
 		if d == nil {
 			return nil
@@ -315,8 +321,19 @@ func (a *LightAgent) report(ctx context.Context, bn *fleetv1.BootcNode, st testb
 	}
 	same := false
 	if a.lastReport != nil {
+		last := map[string]any{}
+		for k, v := range a.lastReport {
+			last[k] = v
+		}
+		kept := []fleetv1.GrantInUse{}
+		for _, g := range a.lastReport["grants"].([]fleetv1.GrantInUse) {
+			if held[lease.ID{Lease: g.Lease, UID: g.UID, Transitions: g.LeaseTransitions}] {
+				kept = append(kept, g)
+			}
+		}
+		last["grants"] = kept
 		x, _ := json.Marshal(fields)
-		y, _ := json.Marshal(a.lastReport)
+		y, _ := json.Marshal(last)
 		same = string(x) == string(y)
 	}
 	if same && time.Since(a.lastReportAt) < every {
