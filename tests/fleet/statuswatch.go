@@ -16,15 +16,16 @@ import (
 )
 
 // StatusTimes records, per BootcNode, when the harness first saw it ask
-// for an image (spec.desiredImage set) and first saw its status in each
-// phase: where the time before the first stage grant goes.
+// for the target image (spec.desiredImage) and first saw its status in each
+// phase since: where the time before the first stage grant goes.
 type StatusTimes struct {
 	mu    sync.Mutex
 	first map[string]map[string]time.Time // node -> "desired" or a phase -> first seen
 }
 
-// WatchStatus starts recording until ctx ends.
-func (f *Fleet) WatchStatus(ctx context.Context) (*StatusTimes, error) {
+// WatchStatus starts recording until ctx ends, for BootcNodes whose desired
+// image is target.
+func (f *Fleet) WatchStatus(ctx context.Context, target string) (*StatusTimes, error) {
 	rc, err := fleetREST(f.Env.Config)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (f *Fleet) WatchStatus(ctx context.Context) (*StatusTimes, error) {
 				m[k] = now
 			}
 		}
-		if bn.Spec.DesiredImage != "" {
+		if bn.Spec.DesiredImage == target {
 			mark("desired")
 			if bn.Status.Phase != "" {
 				mark(string(bn.Status.Phase))
@@ -79,7 +80,7 @@ func (s *StatusTimes) Report(created time.Time, keys ...string) string {
 			}
 		}
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		fmt.Fprintf(&b, "  creation→%-23s median %8s  p95 %8s  (n=%d)\n", "BootcNode "+k, ms(Quantile(ds, 0.5)), ms(Quantile(ds, 0.95)), len(ds))
+		fmt.Fprintf(&b, "  change→%-25s median %8s  p95 %8s  (n=%d)\n", "BootcNode "+k, ms(Quantile(ds, 0.5)), ms(Quantile(ds, 0.95)), len(ds))
 	}
 	return b.String()
 }

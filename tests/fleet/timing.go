@@ -26,7 +26,7 @@ const (
 // stage grant: creation to it, to the node's StageStart, to its StageEnd,
 // and, for the nodes of wave 0, from StageEnd to their reboot grant.
 const (
-	StageCreatedGrant = "creation→stage grant"
+	StageCreatedGrant = "change→stage grant"
 	StageGrantStart   = "stage grant→stage start"
 	StageStartEnd     = "stage start→stage end"
 	StageEndGrant     = "stage end→reboot grant (wave 0)"
@@ -57,7 +57,7 @@ type Timing struct {
 	Incomplete int // cycles missing a step
 }
 
-// Makespan is pool creation to the last verified release.
+// Makespan is the pool's image change (Created) to the last verified release.
 func (t Timing) Makespan() time.Duration { return t.End.Sub(t.Created) }
 
 // ExtractTiming follows every reboot slot of pool in a run's log (pure).
@@ -239,7 +239,7 @@ func LowerBound(stage, reboot time.Duration, nodes, maxUnavailable int) time.Dur
 // release of the wave's cycles) for at most maxWaves waves.
 func (t Timing) Report(maxWaves int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  pool creation→first reboot grant %s\n", ms(t.FirstGrant.Sub(t.Created)))
+	fmt.Fprintf(&b, "  image change→first reboot grant %s\n", ms(t.FirstGrant.Sub(t.Created)))
 	for _, h := range StageOrder {
 		ds := t.Stage[h]
 		fmt.Fprintf(&b, "  %-32s median %8s  p95 %8s  (n=%d)\n", h, ms(Quantile(ds, 0.5)), ms(Quantile(ds, 0.95)), len(ds))
