@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/authn"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -197,6 +198,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 					Namespaces: map[string]cache.Config{lease.Namespace: {}},
 					Label:      labels.NewSelector().Add(*hasPool),
 				},
+				&corev1.Node{}: {Transform: slimNode()},
 			}},
 	}
 	mgr, err := ctrl.NewManager(cfg, mopts)
