@@ -15,7 +15,7 @@ import (
 // nothing is happening: resident memory once it is ready, and CPU time over
 // an idle window (IDLE_SECONDS, default 60), with the production poll
 // interval (1m) and a 2s watchdog (a ping every second). The node waits for
-// a stage grant that never comes (phase Waiting: a status report every 15 s,
+// a stage grant that never comes (phase Waiting: a status report every minute,
 // ActiveReportInterval), the busiest idle state. It reports rss_MiB (once
 // ready), peak_rss_MiB (VmHWM at the end), cpu_ms/idle_min and cpu_% (of
 // one core over the window) and prints them with the goals (RSS < 25 MB,
