@@ -56,16 +56,16 @@ func ResolveBudget(spec fleetv1.RolloutSpec, size int) Budget {
 	return b
 }
 
-// maxSlots bounds a budget, so a typo cannot create thousands of Leases (slot
+// MaxSlots bounds a budget, so a typo cannot create thousands of Leases (slot
 // indexes are at most 4 digits).
-const maxSlots = 1000
+const MaxSlots = 1000
 
 func scaled(v *intstr.IntOrString, def intstr.IntOrString, size int) int {
 	n, err := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(v, def), size, true)
 	if err != nil || n < 1 {
 		return 1
 	}
-	return min(n, maxSlots)
+	return min(n, MaxSlots)
 }
 
 // planner carries one Plan call.

@@ -15,6 +15,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/agent/agent"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
@@ -115,7 +116,7 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	p.Create("v1", opts)
 	// Every 2 s, not waitFor's 100 ms: each look lists every BootcNode and
 	// slot, megabytes at 5,000 nodes.
-	for deadline := time.Now().Add(30 * time.Minute); !settled(ctx, f, p, v1, n+m); time.Sleep(2 * time.Second) {
+	for deadline := time.Now().Add(30 * time.Minute); !settled(ctx, f, p, v1, min(n, plan.MaxSlots)+min(m, plan.MaxSlots)); time.Sleep(2 * time.Second) {
 		if time.Now().After(deadline) {
 			b.Fatalf("the pool on v1 did not settle")
 		}
