@@ -7,10 +7,12 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -85,6 +87,15 @@ func main() {
 	// Times to the microsecond: a rollout's steps are milliseconds apart.
 	ctrl.SetLogger(zap.New(zap.Level(lvl), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }))
 	log := ctrl.Log.WithName("bootc-fleet-coordinator")
+	// The Go heap may grow to twice what is live before a collection; in a
+	// container with a memory limit that slack is an OOM kill. GOMEMLIMIT
+	// at 90% of the cgroup's limit makes the collector work harder instead
+	// (an explicit GOMEMLIMIT, or AUTOMEMLIMIT=off, wins).
+	if limit, err := memlimit.Set(); err != nil {
+		log.Info("no memory limit for the Go runtime", "why", err.Error())
+	} else if limit > 0 && limit < math.MaxInt64 {
+		log.Info("Go memory limit", "bytes", limit)
+	}
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
