@@ -52,6 +52,12 @@ func base() Observation {
 	}
 }
 
+// heardAt is g with its last accepted heartbeat at (zero: none yet).
+func heardAt(g HeldGrant, at time.Time) HeldGrant { g.LastHeartbeat = at; return g }
+
+// holding is o holding exactly gs.
+func holding(o Observation, gs ...HeldGrant) Observation { o.Grants = gs; return o }
+
 func grant(kind lease.Kind, img imageref.Pinned, boot string, phase lease.Phase) HeldGrant {
 	name := lease.SlotName("pool", kind, 0)
 	return HeldGrant{
@@ -511,25 +517,13 @@ func TestDecide(t *testing.T) {
 			return o
 		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
 		{"rule 5: a stage grant without an accepted heartbeat is not used yet, but reported as the stage it starts", func() Observation {
-			o := base()
-			g := stageGrant(imgV2)
-			g.LastHeartbeat = time.Time{}
-			o.Grants = []HeldGrant{g}
-			return o
+			return holding(base(), heardAt(stageGrant(imgV2), time.Time{}))
 		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: ReasonStaging}},
 		{"rule 5: a stage grant whose heartbeats lapsed waits, not staging", func() Observation {
-			o := base()
-			g := stageGrant(imgV2)
-			g.LastHeartbeat = t0.Add(-2 * time.Minute)
-			o.Grants = []HeldGrant{g}
-			return o
+			return holding(base(), heardAt(stageGrant(imgV2), t0.Add(-2*time.Minute)))
 		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
 		{"rule 5: a new stage grant for another boot is not reported as staging", func() Observation {
-			o := base()
-			g := grant(lease.KindStage, imgV2, bootB, "")
-			g.LastHeartbeat = time.Time{}
-			o.Grants = []HeldGrant{g}
-			return o
+			return holding(base(), heardAt(grant(lease.KindStage, imgV2, bootB, ""), time.Time{}))
 		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
 	}
 	for _, tc := range tests {
