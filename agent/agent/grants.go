@@ -151,6 +151,9 @@ func (r *runner) reportEvery(phase string) time.Duration {
 		}
 	}
 	for _, h := range r.held {
+		if h.grant.Kind == lease.KindReboot && h.grant.Phase != lease.PhaseReboot {
+			continue // not listed while the node drains (amendment 18)
+		}
 		every = min(every, h.grant.Duration/lease.HeartbeatsPerLease)
 	}
 	return max(every, 100*time.Millisecond)

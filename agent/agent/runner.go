@@ -61,6 +61,13 @@ type runner struct {
 	// holds the sysroot lock, rounds decide on it instead of waiting
 	// behind the pull for a new one.
 	lastRead *statusRead
+	// reuseRead: the last round's report gave a new grant its first
+	// heartbeat, so the round that follows at once acts on that round's
+	// read (milliseconds old, this boot) instead of running bootc status
+	// again. Each step re-reads what it depends on anyway: the reboot
+	// checks the staged digest before and after unlocking, and bootc
+	// switch works on the deployment as it is.
+	reuseRead bool
 	// probe is what bootc supports, learned once per boot.
 	probe      *bootcProbe
 	stageFail  *decide.StageFailure
@@ -311,6 +318,7 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	}
 	if r.report(ctx, obs, st, act) {
 		again = true // a grant just got its first heartbeat: use it now
+		r.reuseRead = fresh && act.Kind == decide.Nothing
 	}
 	return again, next
 }
@@ -362,9 +370,12 @@ func (r *runner) observe(ctx context.Context) (decide.Observation, bootc.Status,
 	o.Boot, o.SoftRebootSupported = before, supported
 	var st bootc.Status
 	var stErr error
-	if lr := r.lastRead; r.stage != nil && lr != nil && lr.boot == before {
+	reuse := r.reuseRead
+	r.reuseRead = false
+	if lr := r.lastRead; (r.stage != nil || reuse) && lr != nil && lr.boot == before {
 		// bootc status would wait for the sysroot lock our own pull holds
 		// (bootc issue #585): decide on the read taken before the stage.
+		// Right after a first heartbeat, decide on that round's read.
 		o.Status = statusOf(lr.st, before)
 		st = lr.st
 	} else {

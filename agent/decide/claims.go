@@ -20,7 +20,8 @@ type Claim struct {
 // Claims returns the grants to list in the report of action a: every grant
 // this node holds in the current boot for the image it is moving to, unless
 // the coordinator marked it failed or a reboot already spent it; a stage
-// grant issued in another boot is listed as released (GrantedInAnotherBoot). A stage
+// grant issued in another boot is listed as released (GrantedInAnotherBoot);
+// a reboot grant of this boot only once it is in phase Reboot. A stage
 // grant is released when the stage failed lease.MaxStageAttempts times under
 // it, or when a is a Degraded verdict (the agent cannot use the grant, so it
 // must not keep the slot from the next node). A reboot grant is released
@@ -59,7 +60,10 @@ func Claims(o Observation, a Action) []Claim {
 		c := Claim{ID: g.ID}
 		switch {
 		case g.Kind == lease.KindReboot:
-			if spent(o, g.ID) {
+			// In phase Drain the agent has nothing to do under it, and the
+			// coordinator never expires a reboot grant by heartbeats, so
+			// it is listed from phase Reboot on (amendment 18).
+			if spent(o, g.ID) || g.Phase != lease.PhaseReboot {
 				continue
 			}
 		case o.LastStageFailure.exhausted(g.ID):

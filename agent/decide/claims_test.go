@@ -52,6 +52,13 @@ func TestClaims(t *testing.T) {
 			o.Grants = []HeldGrant{stage}
 			return o
 		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStatusUnavailable}, map[string]string{stage.Lease: ""}},
+		{"a reboot grant in phase Draining is not listed: nothing is done under it yet", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
+			g := reboot
+			g.Phase = lease.PhaseDraining
+			o.Grants = []HeldGrant{stage, g}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{stage.Lease: ""}},
 		{"a reboot grant is never released by the agent, even Degraded", func() Observation {
 			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
 			o.Grants = []HeldGrant{reboot}

@@ -245,7 +245,6 @@ const (
 	ReasonWaitingForGrant = "WaitingForStageGrant"
 	ReasonStaging         = "Staging"
 	ReasonWaitingReboot   = "WaitingForRebootGrant"
-	ReasonDraining        = "Draining"
 	ReasonRebooting       = "Rebooting"
 	ReasonStaleStatus     = "StaleStatus"
 	ReasonSettling        = "StatusSettling"
@@ -413,14 +412,21 @@ func staged(o Observation) Action {
 		}
 		return cancel(o, "another image is staged")
 	}
+	soft := o.Policy == fleetv1.RebootPolicyAllowSoftReboot && o.Status.Staged.SoftRebootCapable && o.SoftRebootSupported && o.Bootc.SoftReboot
+	how := "reboot"
+	if soft {
+		how = "soft reboot"
+	}
 	if g, err := validGrant(o, lease.ActionReboot, img); err == nil {
-		soft := o.Policy == fleetv1.RebootPolicyAllowSoftReboot && o.Status.Staged.SoftRebootCapable && o.SoftRebootSupported && o.Bootc.SoftReboot
-		how := "reboot"
-		if soft {
-			how = "soft reboot"
-		}
 		return Action{Kind: ApplyAndReboot, WriteRecord: true, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
 			Image: img, Grant: g.ID, Soft: soft, Message: how + " into " + short(img) + " under " + g.ID.String()}
+	}
+	if g, ok := awaitingFirstHeartbeat(o, lease.ActionReboot, img); ok {
+		// As for a new stage grant (amendment 17): the report that lists
+		// the grant is the one the reboot writes, so the reboot that
+		// follows once it is accepted costs no second write (amendment 18).
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+			Message: how + " into " + short(img) + " under " + g.ID.String()}
 	}
 	if !o.Status.Staged.DownloadOnly {
 		// A stage that ended between its switch and its lock (the agent
@@ -432,12 +438,11 @@ func staged(o Observation) Action {
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonUnlockedWithoutGrant,
 			Message: "staged " + short(img) + " is unlocked without a reboot grant; any reboot will apply it"}
 	}
-	if hasGrant(o, lease.KindReboot, img, lease.PhaseDraining) {
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: ReasonDraining,
-			Message: "Staged " + short(img) + "; reboot slot granted, waiting for the drain"}
-	}
+	// The same report with or without a reboot grant in phase Drain: the
+	// agent has nothing to do under it (amendment 18), and the coordinator's
+	// rollout-state annotation says Draining.
 	return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: ReasonWaitingReboot,
-		Message: "Staged " + short(img) + "; waiting for a reboot slot"}
+		Message: "Staged " + short(img) + "; waiting for a reboot slot and the drain"}
 }
 
 // stageOrWait is rule 5.
@@ -475,7 +480,7 @@ func stageOrWait(o Observation) Action {
 			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
 				Message: f.prefix() + fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)}
 		}
-		if f == nil && awaitingFirstHeartbeat(o, img) {
+		if _, ok := awaitingFirstHeartbeat(o, lease.ActionStage, img); ok && f == nil {
 			// The report of this decision lists the new grant (Claims); once
 			// it is accepted the grant is usable and the stage starts, with
 			// the same report: one status write instead of two.
@@ -537,21 +542,24 @@ func validGrant(o Observation, act lease.Action, img imageref.Pinned) (HeldGrant
 	return HeldGrant{}, err
 }
 
-// awaitingFirstHeartbeat: a stage grant for img that would allow the stage
-// but for the heartbeat it has not had yet (a grant seen for the first time
-// is used only once a report listing it was accepted, amendment 8).
-func awaitingFirstHeartbeat(o Observation, img imageref.Pinned) bool {
+// awaitingFirstHeartbeat: a grant that would allow act on img but for the
+// heartbeat it has not had yet (a grant seen for the first time is used only
+// once a report listing it was accepted, amendment 8).
+func awaitingFirstHeartbeat(o Observation, act lease.Action, img imageref.Pinned) (HeldGrant, bool) {
 	for _, g := range o.Grants {
-		if g.Kind != lease.KindStage || !g.LastHeartbeat.IsZero() {
+		if (g.Kind == lease.KindStage) != (act == lease.ActionStage) || !g.LastHeartbeat.IsZero() {
 			continue
 		}
-		c := check(o, g, lease.ActionStage, img)
+		if act == lease.ActionReboot && spent(o, g.ID) {
+			continue
+		}
+		c := check(o, g, act, img)
 		c.LastHeartbeat = o.Now
 		if g.Allows(c) == nil {
-			return true
+			return g, true
 		}
 	}
-	return false
+	return HeldGrant{}, false
 }
 
 // grantFor checks the grant with exactly this identity.
@@ -581,15 +589,6 @@ func grantedIn(g lease.Grant, b BootIdentity) bool {
 func spent(o Observation, id lease.ID) bool {
 	for _, s := range o.Spent {
 		if s == id {
-			return true
-		}
-	}
-	return false
-}
-
-func hasGrant(o Observation, k lease.Kind, img imageref.Pinned, p lease.Phase) bool {
-	for _, g := range o.Grants {
-		if g.Holder == o.Node && g.Kind == k && g.Image == img && g.Phase == p && grantedIn(g.Grant, o.Boot) {
 			return true
 		}
 	}

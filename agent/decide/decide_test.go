@@ -290,7 +290,7 @@ func TestDecide(t *testing.T) {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonDraining}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
 		{"rule 4: valid reboot grant writes the record, applies and reboots", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
@@ -525,6 +525,20 @@ func TestDecide(t *testing.T) {
 		{"rule 5: a new stage grant for another boot is not reported as staging", func() Observation {
 			return holding(base(), heardAt(grant(lease.KindStage, imgV2, bootB, ""), time.Time{}))
 		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		{"rule 4: a reboot grant in phase Reboot without an accepted heartbeat is not used yet, but reported as the reboot it starts", func() Observation {
+			return holding(withStaged(base(), dep(imgV2)), heardAt(rebootGrant(imgV2), time.Time{}))
+		}, want{kind: Nothing, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting}},
+		{"rule 4: a new reboot grant in phase Draining changes nothing", func() Observation {
+			return holding(withStaged(base(), dep(imgV2)), heardAt(grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining), time.Time{}))
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		{"rule 4: a new reboot grant for another boot is not reported as rebooting", func() Observation {
+			return holding(withStaged(base(), dep(imgV2)), heardAt(grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot), time.Time{}))
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		{"rule 4: a new reboot grant a reboot already spent is not reported as rebooting", func() Observation {
+			o := holding(withStaged(base(), dep(imgV2)), heardAt(rebootGrant(imgV2), time.Time{}))
+			o.Spent = []lease.ID{o.Grants[0].ID}
+			return o
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -570,5 +584,26 @@ func TestShortDigestInMessages(t *testing.T) {
 	got := short(imgV2)
 	if got != "quay.io/example/os@sha256:222222222222…" {
 		t.Fatalf("short = %q", got)
+	}
+}
+
+// A new grant is reported as the step it starts, with the very message that
+// step reports once the grant is usable, so the step writes nothing more
+// (amendments 17 and 18). Likewise a reboot grant in phase Draining leaves
+// the report as it was without one.
+func TestNewGrantReportIsTheStepsReport(t *testing.T) {
+	pairs := []struct {
+		name        string
+		before, now Observation
+	}{
+		{"stage", holding(base(), heardAt(stageGrant(imgV2), time.Time{})), holding(base(), stageGrant(imgV2))},
+		{"reboot", holding(withStaged(base(), dep(imgV2)), heardAt(rebootGrant(imgV2), time.Time{})), holding(withStaged(base(), dep(imgV2)), rebootGrant(imgV2))},
+		{"drain", holding(withStaged(base(), dep(imgV2)), grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining)), withStaged(base(), dep(imgV2))},
+	}
+	for _, p := range pairs {
+		b, n := Decide(p.before), Decide(p.now)
+		if b.Phase != n.Phase || b.Reason != n.Reason || b.Message != n.Message {
+			t.Errorf("%s: reported %s/%s %q, then %s/%s %q", p.name, b.Phase, b.Reason, b.Message, n.Phase, n.Reason, n.Message)
+		}
 	}
 }

@@ -74,6 +74,9 @@ type Options struct {
 	MetricsCertDir string
 	// HealthProbeBindAddress serves /healthz and /readyz; "" or "0" disables it.
 	HealthProbeBindAddress string
+	// PprofBindAddress serves Go's /debug/pprof/ profiles; "" or "0"
+	// disables it. It has no authentication: for localhost only.
+	PprofBindAddress string
 
 	// ResolveInterval is how often a tag is re-resolved to a digest.
 	ResolveInterval time.Duration
@@ -181,6 +184,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		Logger:                        log,
 		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
+		PprofBindAddress:              opts.PprofBindAddress,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              opts.LeaderElectionID,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,

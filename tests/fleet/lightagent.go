@@ -208,6 +208,9 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 		if g.Kind == lease.KindReboot && st.Booted != nil && st.Booted.Digest == g.Image.Digest {
 			continue // spent: the coordinator is verifying it
 		}
+		if g.Kind == lease.KindReboot && g.Phase != lease.PhaseReboot {
+			continue // nothing to do under it while the node drains (amendment 18)
+		}
 		claims = append(claims, fleetv1.GrantInUse{Lease: l.Name, UID: g.UID, LeaseTransitions: g.Transitions})
 		every = min(every, g.Duration/lease.HeartbeatsPerLease)
 		if g.Kind == lease.KindStage {
@@ -222,6 +225,10 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	case desired == "" || onDesired(st.Booted):
 		phase, msg = fleetv1.PhaseIdle, "booted on the desired image"
 	case onDesired(st.Staged) && !st.Staged.DownloadOnly:
+		phase, msg = fleetv1.PhaseRebooting, "rebooting into the staged image"
+	case onDesired(st.Staged) && reboot != nil:
+		// Reported as the reboot it starts before its first heartbeat,
+		// so the reboot writes nothing more (amendment 18).
 		phase, msg = fleetv1.PhaseRebooting, "rebooting into the staged image"
 	case onDesired(st.Staged):
 		phase, msg = fleetv1.PhaseStaged, "staged; waiting for a reboot grant in phase Reboot"
@@ -255,13 +262,12 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 			a.staging.Store(false)
 			a.hub.poke(n.Name)
 		}()
-	case phase == fleetv1.PhaseStaged && reboot != nil && reboot.Phase == lease.PhaseReboot && a.credited[reboot.ID]:
+	case reboot != nil && onDesired(st.Staged) && st.Staged.DownloadOnly && a.credited[reboot.ID]:
 		rv, ok := a.confirm(ctx, reboot)
 		if !ok {
 			return time.Second
 		}
 		n.trace(agent.Step{Kind: "apply", Lease: reboot.Lease, ResourceVersion: rv})
-		a.report(ctx, bn, st, fleetv1.PhaseRebooting, "rebooting into the staged image", claims, held, every)
 		n.log.Add(n.event(invariant.Apply, desired))
 		if err := n.Machine.Apply(); err != nil {
 			return time.Second

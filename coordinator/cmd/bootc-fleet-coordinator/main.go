@@ -45,6 +45,7 @@ func main() {
 		metricsSecure   = flag.Bool("metrics-secure", true, "serve /metrics over HTTPS to callers the API server authenticates and authorizes (get on the non-resource URL /metrics); false serves plain HTTP to anyone")
 		metricsCertDir  = flag.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics (reloaded on change); empty: a self-signed certificate")
 		probeAddr       = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
+		pprofAddr       = flag.String("pprof-bind-address", "0", "address of Go's /debug/pprof/ profiles, plain HTTP and unauthenticated: bind it to localhost (0 disables)")
 		resolveInterval = flag.Duration("resolve-interval", controller.DefaultResolveInterval, "how often a tag is re-resolved to a digest")
 		leaseDuration   = flag.Duration("lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants; a stage grant whose holder was not seen reporting for this long expires")
 		quietAfter      = flag.Duration("quiet-after", controller.DefaultQuietAfter, "a node with rollout work whose agent has not reported for this long is counted and named on its pool")
@@ -109,6 +110,7 @@ func main() {
 		MetricsSecure:           *metricsSecure,
 		MetricsCertDir:          *metricsCertDir,
 		HealthProbeBindAddress:  *probeAddr,
+		PprofBindAddress:        *pprofAddr,
 		ResolveInterval:         *resolveInterval,
 		LeaseDuration:           *leaseDuration,
 		QuietAfter:              *quietAfter,
