@@ -134,6 +134,11 @@ type Config struct {
 	// duration. Default 1m: at 5,000 nodes waiting for a slot that is 83
 	// status writes a second, not 333.
 	ActiveReportInterval time.Duration
+	// WaitingHold is how long a node that starts waiting for a stage grant
+	// waits before it reports so: a grant that comes meanwhile makes the
+	// report Staging, one status write instead of two (amendment 18).
+	// Default 2s.
+	WaitingHold time.Duration
 	// StageRetry is the first delay after a failed stage (doubling, at most
 	// 10m). Default 30s.
 	StageRetry time.Duration
@@ -171,6 +176,7 @@ func (c *Config) defaultIntervals() {
 	set(&c.RereadInterval, 2*time.Second)
 	set(&c.ReportInterval, 5*time.Minute)
 	set(&c.ActiveReportInterval, time.Minute)
+	set(&c.WaitingHold, 2*time.Second)
 	set(&c.StageRetry, 30*time.Second)
 	set(&c.CommandTimeout, 5*time.Minute)
 	set(&c.ReadyGrace, 20*time.Second)

@@ -154,9 +154,17 @@ type harness struct {
 	state  string
 	stop   func() error
 	log    logLines
+	tweak  func(*agent.Config) // nil: the harness's Config as is
 }
 
 func start(t *testing.T, node string, settle time.Duration) *harness {
+	t.Helper()
+	return startWith(t, node, settle, imgV2, nil)
+}
+
+// startWith starts an agent on a machine booted on imgV1 whose BootcNode
+// asks for desired, with the harness's Config changed by tweak.
+func startWith(t *testing.T, node string, settle time.Duration, desired string, tweak func(*agent.Config)) *harness {
 	t.Helper()
 	envtest.SkipIfUnavailable(t)
 	m, err := testbootc.NewBooted(imgV1)
@@ -170,8 +178,9 @@ func start(t *testing.T, node string, settle time.Duration) *harness {
 		notify: &memNotifier{},
 		k:      &integration.Coordinator{C: env.Client, Pool: "pool-" + node},
 		state:  t.TempDir(),
+		tweak:  tweak,
 	}
-	if err := h.k.EnsureBootcNode(context.Background(), node, imgV2, ""); err != nil {
+	if err := h.k.EnsureBootcNode(context.Background(), node, desired, ""); err != nil {
 		t.Fatal(err)
 	}
 	h.run(settle)
@@ -192,12 +201,16 @@ func (h *harness) run(settle time.Duration) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	cfg := agent.Config{
+		NodeName: h.node, RESTConfig: rc, StateDir: h.state,
+		PollInterval: 5 * time.Second, RereadInterval: 100 * time.Millisecond,
+		SettleTimeout: settle, Version: "test",
+	}
+	if h.tweak != nil {
+		h.tweak(&cfg)
+	}
 	go func() {
-		done <- agent.Run(ctx, agent.Config{
-			NodeName: h.node, RESTConfig: rc, StateDir: h.state,
-			PollInterval: 5 * time.Second, RereadInterval: 100 * time.Millisecond,
-			SettleTimeout: settle, Version: "test",
-		}, agent.Deps{
+		done <- agent.Run(ctx, cfg, agent.Deps{
 			Bootc: h.bootc, Host: h.host, Notifier: h.notify,
 			Log: slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{h.t}, &h.log), nil)),
 		})

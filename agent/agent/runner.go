@@ -68,6 +68,10 @@ type runner struct {
 	// checks the staged digest before and after unlocking, and bootc
 	// switch works on the deployment as it is.
 	reuseRead bool
+	// waitingFor and waitingSince: the desired image an Idle node started
+	// waiting for a stage grant for, and when (Config.WaitingHold).
+	waitingFor   imageref.Pinned
+	waitingSince time.Time
 	// probe is what bootc supports, learned once per boot.
 	probe      *bootcProbe
 	stageFail  *decide.StageFailure
@@ -316,11 +320,31 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 		// state after it (one status write, not two).
 		return again, next
 	}
+	if hold := r.holdWaiting(obs, act); hold > 0 {
+		return again, min(next, hold)
+	}
 	if r.report(ctx, obs, st, act) {
 		again = true // a grant just got its first heartbeat: use it now
 		r.reuseRead = fresh && act.Kind == decide.Nothing
 	}
 	return again, next
+}
+
+// holdWaiting returns how much longer the report of a is held back: an Idle
+// node that starts waiting for a stage grant says so WaitingHold later, so
+// a grant the coordinator gives at once costs one report (Staging), not two.
+// Nothing waits on the Waiting report: the coordinator grants from the
+// BootcNode's spec and the last report's boot.
+func (r *runner) holdWaiting(o decide.Observation, a decide.Action) time.Duration {
+	if a.Kind != decide.Nothing || a.Phase != fleetv1.PhaseWaiting || a.Reason != decide.ReasonWaitingForGrant ||
+		!r.reported || r.lastReport.Phase != fleetv1.PhaseIdle {
+		r.waitingFor = imageref.Pinned{}
+		return 0
+	}
+	if r.waitingFor != o.Desired.Image {
+		r.waitingFor, r.waitingSince = o.Desired.Image, r.now()
+	}
+	return r.waitingSince.Add(r.cfg.WaitingHold).Sub(r.now())
 }
 
 // explain logs one line per decision that differs from the previous one, and

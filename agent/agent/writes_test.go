@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bootc-fleet/bootc-fleet/agent/agent"
 	"github.com/bootc-fleet/bootc-fleet/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
@@ -141,4 +143,38 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 		t.Errorf("status writes of one node update (stage grant %s, reboot grant %s):\n got %q\nwant %q", stage, reboot, changes, want)
 	}
 	t.Logf("%d status writes and %d heartbeats for one node update", len(changes), heartbeats)
+}
+
+// An Idle node that starts waiting for a stage grant reports so only
+// WaitingHold later: a grant given meanwhile (here: within a minute) makes
+// the first report after the image change Staging, one write instead of two.
+func TestRunHoldsTheWaitingReport(t *testing.T) {
+	h := startWith(t, "mem-hold", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = time.Minute })
+	log := watchStatus(t, h.node)
+	ctx := context.Background()
+	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.until("the watch saw the Idle report", func() bool { return log.len() > 0 })
+	from := log.len()
+	if err := h.k.EnsureBootcNode(ctx, h.node, imgV2, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.until("the agent decided to wait", func() bool { return h.log.has("Waiting for a stage slot") })
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, h.m.BootID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("Staging", integration.PhaseIs(fleetv1.PhaseStaging, decide.ReasonStaging))
+	changes, _ := log.since(from)
+	if len(changes) == 0 || !strings.HasPrefix(changes[0], string(fleetv1.PhaseStaging)+"/") {
+		t.Fatalf("status writes after the image change: %q, want Staging first (no Waiting)", changes)
+	}
+}
+
+// Without a grant the held report is written once the hold has passed.
+func TestRunReportsWaitingAfterTheHold(t *testing.T) {
+	h := startWith(t, "mem-hold2", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = 200 * time.Millisecond })
+	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	if err := h.k.EnsureBootcNode(context.Background(), h.node, imgV2, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("Waiting", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
 }

@@ -68,6 +68,8 @@ type LightAgent struct {
 	lastReport   map[string]any
 	lastReportAt time.Time
 	credited     map[lease.ID]bool // grants listed in an accepted report
+	waitingFor   string            // desired image an Idle node started waiting for, and when
+	waitingSince time.Time
 	staging      atomic.Bool
 	rebooting    bool
 	hostCtx      context.Context // the harness's, outliving the agent
@@ -237,6 +239,18 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	}
 	if phase != fleetv1.PhaseIdle {
 		every = min(every, time.Minute) // agent.Config.ActiveReportInterval
+	}
+	// An Idle node that starts waiting says so 2 s later (the real agent's
+	// WaitingHold): a grant given meanwhile makes the report Staging.
+	if phase == fleetv1.PhaseWaiting && a.lastReport != nil && a.lastReport["phase"] == fleetv1.PhaseIdle {
+		if a.waitingFor != desired {
+			a.waitingFor, a.waitingSince = desired, time.Now()
+		}
+		if hold := time.Until(a.waitingSince.Add(2 * time.Second)); hold > 0 {
+			return hold
+		}
+	} else {
+		a.waitingFor = ""
 	}
 	if !a.report(ctx, bn, st, phase, msg, claims, held, every) {
 		return time.Second // retried after a pause, as the real agent does
