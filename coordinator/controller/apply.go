@@ -443,7 +443,7 @@ func logBootcNode(log logr.Logger, msg string, c plan.BootcNodeChange) {
 		log.Info(msg+": no image for the node's platform, so no desired image and no grants", "node", c.Name, "why", c.NoPlatformImage)
 		return
 	}
-	log.V(1).Info(msg, "node", c.Name, "desiredImage", c.Spec.DesiredImage)
+	log.V(1).Info(msg, "node", c.Name, "desiredImage", c.Spec.DesiredImage, "rolloutState", c.RolloutState)
 }
 
 func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node + "/" + string(k) }
