@@ -244,16 +244,7 @@ func (l *logLines) Write(p []byte) (int, error) {
 func (l *logLines) has(parts ...string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
+	return integration.HasLine(l.b.String(), parts...)
 }
 
 func (h *harness) wait(what string, ok func(fleetv1.BootcNodeStatus) bool) fleetv1.BootcNodeStatus {

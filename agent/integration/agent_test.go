@@ -236,19 +236,7 @@ func (n *node) wait(what string, ok func(fleetv1.BootcNodeStatus) bool) fleetv1.
 func (n *node) logged(parts ...string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.out == nil {
-		return false
-	}
-	for _, line := range strings.Split(n.out.String(), "\n") {
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
+	return n.out != nil && HasLine(n.out.String(), parts...)
 }
 
 func (n *node) until(what string, ok func() bool) {

@@ -8,6 +8,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -191,6 +192,20 @@ func (k *Coordinator) WaitStatus(ctx context.Context, node string, ok func(fleet
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// HasLine reports whether one line of log contains every part.
+func HasLine(log string, parts ...string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // PhaseIs matches a status phase (and reason, when given).
