@@ -130,6 +130,7 @@ func (r *runner) run(ctx context.Context) error {
 				break
 			}
 		}
+		r.reuseRead = false // only the round that follows at once may reuse a read
 		lastRound := r.now()
 		nextRound := lastRound.Add(wait)
 		// Sleep until the next round is due or something changes; wake in
