@@ -439,9 +439,13 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, err error
 	ch := make(chan *dbus.Signal, 256)
 	conn.Signal(ch)
 	unit := conn.Object("org.freedesktop.systemd1", path)
+	// Bounded: the bus goes away in a soft reboot, and a follower stuck on a
+	// call would miss the agent stopping and the next userspace.
 	get := func(iface, prop string) string {
-		v, err := unit.GetProperty(iface + "." + prop)
-		if err != nil {
+		cctx, cancel := context.WithTimeout(n.f.ctx, 5*time.Second)
+		defer cancel()
+		var v dbus.Variant
+		if err := unit.CallWithContext(cctx, "org.freedesktop.DBus.Properties.Get", 0, iface, prop).Store(&v); err != nil {
 			return ""
 		}
 		return fmt.Sprint(v.Value())
