@@ -96,6 +96,15 @@ type Node struct {
 	softPlayed      int           // soft reboots the test bootc played, as last seen
 	changed         chan struct{} // closed and replaced on every change
 	stopped         bool
+	trace           []string // what the boot follower saw, for failures
+}
+
+// tracef notes a step of the boot follower; a failing test prints them.
+func (n *Node) tracef(format string, args ...any) {
+	line := time.Now().UTC().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
+	n.mu.Lock()
+	n.trace = append(n.trace, line)
+	n.mu.Unlock()
 }
 
 // Options shape a fleet.
@@ -328,21 +337,37 @@ func (n *Node) run() {
 // away while the container runs on: the test bootc's soft-reboot count grows
 // (e2e-soft-reboot.service, which runs once the agent stopped; the kubelet
 // is down from then on), then systemd's SoftRebootsCount does (the new
-// userspace runs; the kubelet is back, in the same boot ID).
+// userspace runs; the kubelet is back, in the same boot ID). The count of
+// the test bootc is watched too, so a bus follower that missed the bus
+// closing cannot hold the next userspace's gate shut.
 func (n *Node) followBoots(b *Boot, bl *BootLog) {
 	t := n.f.t
 	for {
-		gone, err := n.watchAgent(b, bl)
+		gone, stop, err := n.watchAgent(b, bl)
 		if err != nil {
 			if n.f.ctx.Err() == nil {
 				t.Errorf("%s: boot %d: following %s: %v", n.Name, bl.N, AgentUnit, err)
 			}
 			return
 		}
-		select {
-		case <-b.Done():
-			return
-		case <-gone:
+		played := n.playedSoftReboots()
+	wait:
+		for {
+			select {
+			case <-b.Done():
+				stop()
+				n.tracef("boot %d: the container exited", bl.N)
+				return
+			case <-gone:
+				n.tracef("boot %d: the system bus closed", bl.N)
+				break wait
+			case <-time.After(100 * time.Millisecond):
+				if n.bootcSoftReboots() > played {
+					n.tracef("boot %d: the test bootc played a soft reboot while the bus follower ran on; closing it", bl.N)
+					stop()
+					break wait
+				}
+			}
 		}
 		next, ok := n.awaitSoftReboot(b, bl)
 		if !ok {
@@ -352,23 +377,33 @@ func (n *Node) followBoots(b *Boot, bl *BootLog) {
 	}
 }
 
+// bootcSoftReboots is the number of soft reboots the test bootc played (-1
+// when its state cannot be read).
+func (n *Node) bootcSoftReboots() int {
+	m, err := n.Bootc.Machine()
+	if err != nil {
+		return -1
+	}
+	return m.State().SoftReboots
+}
+
+func (n *Node) playedSoftReboots() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.softPlayed
+}
+
 // awaitSoftReboot waits, after the bus went away, for the container to exit
 // (false) or for a soft reboot to finish (true, with the new boot's log).
 func (n *Node) awaitSoftReboot(b *Boot, prev *BootLog) (*BootLog, bool) {
-	softReboots := func() int {
-		m, err := n.Bootc.Machine()
-		if err != nil {
-			return -1
-		}
-		return m.State().SoftReboots
-	}
-	n.mu.Lock()
-	played := n.softPlayed
-	n.mu.Unlock()
+	softReboots := n.bootcSoftReboots
+	played := n.playedSoftReboots()
 	var down time.Time
+	var lastErr string
 	for {
 		if down.IsZero() && softReboots() > played {
 			down = time.Now()
+			n.tracef("boot %d: the test bootc played soft reboot %d", prev.N, played+1)
 			n.mu.Lock()
 			n.softPlayed = softReboots()
 			n.mu.Unlock()
@@ -376,7 +411,16 @@ func (n *Node) awaitSoftReboot(b *Boot, prev *BootLog) (*BootLog, bool) {
 			n.f.Events.add(n.Name, evDown, "soft-reboot")
 		}
 		if !down.IsZero() {
-			out, err := b.Exec(n.f.ctx, "systemctl", "show", "-P", "SoftRebootsCount")
+			// Bounded, then asked again: a systemctl that reaches PID 1
+			// between two userspaces can wait minutes for an answer (seen:
+			// the next userspace's gate timed out, 120 s, behind it).
+			ctx, cancel := context.WithTimeout(n.f.ctx, 3*time.Second)
+			out, err := b.Exec(ctx, "systemctl", "show", "-P", "SoftRebootsCount")
+			cancel()
+			if got := fmt.Sprintf("%q %v", strings.TrimSpace(out), err); got != lastErr {
+				lastErr = got
+				n.tracef("boot %d: SoftRebootsCount: %s", prev.N, got)
+			}
 			if c, perr := strconv.ParseUint(strings.TrimSpace(out), 10, 32); err == nil && perr == nil && uint32(c) > prev.SoftRebootsCount {
 				bl := &BootLog{BootID: b.BootID, Started: down, Up: time.Now(), Soft: true, SoftRebootsCount: uint32(c)}
 				n.mu.Lock()
@@ -394,6 +438,7 @@ func (n *Node) awaitSoftReboot(b *Boot, prev *BootLog) (*BootLog, bool) {
 		}
 		select {
 		case <-b.Done():
+			n.tracef("boot %d: the container exited", prev.N)
 			return nil, false
 		case <-n.f.ctx.Done():
 			return nil, false
@@ -406,35 +451,37 @@ func (n *Node) awaitSoftReboot(b *Boot, prev *BootLog) (*BootLog, bool) {
 // system bus from before it starts: the e2e gate holds the unit's start
 // until the harness has subscribed, then the harness opens the gate. It
 // returns once the subscription is set up; recording goes on until the bus
-// closes, with the boot or with a soft reboot, and then gone is closed.
-func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, err error) {
+// closes, with the boot or with a soft reboot, or stop is called, and then
+// gone is closed.
+func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, stop func(), err error) {
 	ctx, cancel := context.WithTimeout(n.f.ctx, 60*time.Second)
 	defer cancel()
 	var conn *dbus.Conn
 	for {
-		c, err := dbus.Connect(b.BusAddress())
+		c, err := connectBounded(n.f.ctx, b.BusAddress(), 10*time.Second)
 		if err == nil {
 			conn = c
+			n.tracef("boot %d: connected to the system bus", bl.N)
 			break
 		}
 		select {
 		case <-b.Done():
-			return nil, fmt.Errorf("container exited before its system bus came up")
+			return nil, nil, fmt.Errorf("container exited before its system bus came up")
 		case <-ctx.Done():
-			return nil, fmt.Errorf("system bus: %w", err)
+			return nil, nil, fmt.Errorf("system bus: %w", err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	sd := conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
 	if err := sd.CallWithContext(ctx, "org.freedesktop.systemd1.Manager.Subscribe", 0).Err; err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("Subscribe: %w", err)
+		return nil, nil, fmt.Errorf("Subscribe: %w", err)
 	}
 	path := unitPath(AgentUnit)
 	if err := conn.AddMatchSignalContext(ctx, dbus.WithMatchObjectPath(path),
 		dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged")); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	ch := make(chan *dbus.Signal, 256)
 	conn.Signal(ch)
@@ -456,6 +503,7 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, err error
 			tr.StatusText = get("org.freedesktop.systemd1.Service", "StatusText")
 			tr.MainPID = get("org.freedesktop.systemd1.Service", "MainPID")
 		}
+		n.tracef("boot %d: agent %s/%s", bl.N, active, sub)
 		n.mu.Lock()
 		if k := len(bl.Transitions); k == 0 || bl.Transitions[k-1].ActiveState != active || bl.Transitions[k-1].Sub != sub {
 			bl.Transitions = append(bl.Transitions, tr)
@@ -475,6 +523,7 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, err error
 			select {
 			case s, ok := <-ch:
 				if !ok {
+					n.tracef("boot %d: signals ended", bl.N)
 					return
 				}
 				if len(s.Body) < 2 {
@@ -500,7 +549,31 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, err error
 		}
 	}()
 	// Open the gate: the agent's start job runs now.
-	return done, os.WriteFile(b.Path(gateFile), nil, 0o644)
+	n.tracef("boot %d: subscribed; opening the gate", bl.N)
+	stop = func() { conn.Close() }
+	return done, stop, os.WriteFile(b.Path(gateFile), nil, 0o644)
+}
+
+// connectBounded connects to a D-Bus address and authenticates within
+// timeout: a bus socket that a userspace in transition still holds may
+// accept a connection that nobody answers. The connection lives until ctx
+// ends or it is closed.
+func connectBounded(ctx context.Context, addr string, timeout time.Duration) (*dbus.Conn, error) {
+	cctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(timeout, cancel)
+	c, err := dbus.Connect(addr, dbus.WithContext(cctx))
+	if !timer.Stop() {
+		if err == nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("connecting to %s: no answer within %s", addr, timeout)
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() { <-c.Context().Done(); cancel() }()
+	return c, nil
 }
 
 func variantString(v dbus.Variant) string {
@@ -596,17 +669,46 @@ func (n *Node) Reboot(ctx context.Context) error {
 	return err
 }
 
-// Journal returns the agent's journal of the current boot (for failures).
+// Journal returns the current boot's journal of the agent, of PID 1, logind
+// and the e2e units (for failures): a soft reboot is PID 1's work.
 func (n *Node) Journal(ctx context.Context) string {
 	b := n.Current()
 	if b == nil {
 		return "(node down)"
 	}
-	out, err := b.Exec(ctx, "journalctl", "-b", "-u", AgentUnit, "--no-pager", "-o", "short-monotonic")
+	out, err := b.Exec(ctx, "journalctl", "-b", "--no-pager", "-o", "short-iso-precise",
+		"_SYSTEMD_UNIT="+AgentUnit, "+", "_PID=1", "+", "_COMM=systemd-logind", "+",
+		"_SYSTEMD_UNIT=e2e-soft-reboot.service", "+", "_SYSTEMD_UNIT=e2e-gate.service")
 	if err != nil {
 		return err.Error()
 	}
 	return out
+}
+
+// Diagnosis is what the harness saw of the node: its boot follower's trace
+// and the test bootc's invocations and state (for failures).
+func (n *Node) Diagnosis() string {
+	var sb strings.Builder
+	n.mu.Lock()
+	sb.WriteString("boot follower:\n")
+	for _, l := range n.trace {
+		sb.WriteString("  " + l + "\n")
+	}
+	n.mu.Unlock()
+	if inv, err := n.Bootc.Invocations(); err != nil {
+		fmt.Fprintf(&sb, "test bootc invocations: %v\n", err)
+	} else {
+		sb.WriteString("test bootc invocations:\n")
+		for _, i := range inv {
+			fmt.Fprintf(&sb, "  %s %q\n", i.Time.UTC().Format("15:04:05.000"), i.Args)
+		}
+	}
+	if m, err := n.Bootc.Machine(); err != nil {
+		fmt.Fprintf(&sb, "test bootc state: %v\n", err)
+	} else {
+		fmt.Fprintf(&sb, "test bootc state: %+v\n", m.State())
+	}
+	return sb.String()
 }
 
 // stop powers every node off (SIGTERM to nspawn makes the container's
@@ -614,7 +716,7 @@ func (n *Node) Journal(ctx context.Context) string {
 func (f *Fleet) stop() {
 	if f.t.Failed() {
 		for _, n := range f.Nodes {
-			f.t.Logf("%s journal of %s:\n%s", n.Name, AgentUnit, n.Journal(context.Background()))
+			f.t.Logf("%s journal:\n%s\n%s", n.Name, n.Journal(context.Background()), n.Diagnosis())
 		}
 	}
 	f.cancel()
