@@ -87,6 +87,30 @@ func BenchmarkFleetRollout(b *testing.B) {
 
 // progress prints, every interval until stopped, how many of the pool's
 // machines boot target, so a long run shows its pace as it goes.
+// samplePeak reads pid's usage every interval until the returned function
+// is called, which returns the highest value of what seen.
+func samplePeak(pid int, every time.Duration, what func(ProcUsage) int64) (stop func() int64) {
+	done := make(chan struct{})
+	result := make(chan int64, 1)
+	go func() {
+		var peak int64
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			if u, err := ReadProcUsage(pid); err == nil {
+				peak = max(peak, what(u))
+			}
+			select {
+			case <-done:
+				result <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 { close(done); return <-result }
+}
+
 func progress(p *Pool, target string, start time.Time, every time.Duration) (stop func()) {
 	done := make(chan struct{})
 	go func() {

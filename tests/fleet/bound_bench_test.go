@@ -143,6 +143,7 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 		b.Fatal(err)
 	}
 	stop := progress(p, v2, created, 30*time.Second)
+	peakAnon := samplePeak(pid, time.Second, func(u ProcUsage) int64 { return u.RSSAnon })
 	done := waitFor(ctx, 30*time.Minute, func() bool {
 		ok, _ := p.Converged(v2)
 		return ok && rebootSlotsFree(ctx, f, p.Name)
@@ -157,6 +158,7 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	anon := max(peakAnon(), use1.RSSAnon)
 	reqs1, err := f.APIRequests(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -191,12 +193,14 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 		float64(product)/float64(n), float64(writes)/float64(n), float64(puts)/float64(n))
 	fmt.Fprintf(&w, "  harness reads per node update: %.2f GET nodes (kubelets), %.2f LIST pods (the pod-deletion loop, every 50 ms)\n",
 		float64(gets)/float64(n), float64(lists)/float64(n))
-	fmt.Fprintf(&w, "  coordinator: %.2f CPU s during the rollout (%.2f s since start), peak RSS %.1f MiB, RSS at the end %.1f MiB\n",
-		(use1.CPU - use0.CPU).Seconds(), use1.CPU.Seconds(), float64(use1.PeakRSS)/(1<<20), float64(use1.RSS)/(1<<20))
+	fmt.Fprintf(&w, "  coordinator: %.2f CPU s during the rollout (%.2f s since start), peak RSS %.1f MiB, RSS at the end %.1f MiB (%.1f anonymous, %.1f file pages); peak anonymous RSS %.1f MiB (sampled every second)\n",
+		(use1.CPU - use0.CPU).Seconds(), use1.CPU.Seconds(), float64(use1.PeakRSS)/(1<<20), float64(use1.RSS)/(1<<20),
+		float64(use1.RSSAnon)/(1<<20), float64(use1.RSSFile)/(1<<20), float64(anon)/(1<<20))
 	fmt.Fprint(os.Stderr, w.String())
 	if v := p.Check(v2, invariant.Pool{MaxUnavailable: m, MaxStaging: n, HaltAfter: 1}); len(v) > 0 {
 		b.Fatalf("%d violations, first: %s", len(v), v[0])
 	}
+	b.ReportMetric(float64(anon)/(1<<20), "coord_peak_anon_MiB")
 	b.ReportMetric(t.Makespan().Seconds(), "makespan_s")
 	b.ReportMetric(t.Makespan().Seconds()/lb.Seconds(), "makespan/LB")
 	b.ReportMetric(float64(product)/float64(n), "writes/node")

@@ -36,7 +36,10 @@ func (f *Fleet) startCoordinatorProc() {
 		"--health-probe-bind-address", "0", "--insecure-registry", f.Registry}
 	// FLEET_COORDINATOR_ARGS adds flags, e.g. --log-level=debug to see each pass.
 	args = append(args, strings.Fields(os.Getenv("FLEET_COORDINATOR_ARGS"))...)
-	p, err := startProc(f.coordBin, args, minimalEnv(), out)
+	// FLEET_COORDINATOR_ENV adds environment, e.g. GOMEMLIMIT=230MiB to run
+	// it as the chart's memory limit makes it run in a container.
+	env := append(minimalEnv(), strings.Fields(os.Getenv("FLEET_COORDINATOR_ENV"))...)
+	p, err := startProc(f.coordBin, args, env, out)
 	if err != nil {
 		f.tb.Fatal(err)
 	}
@@ -80,10 +83,14 @@ func (f *Fleet) CoordinatorPID() int {
 }
 
 // ProcUsage is a process's CPU time so far (user+system) and its resident
-// memory now and at its peak (VmRSS, VmHWM), from /proc.
+// memory now and at its peak (VmRSS, VmHWM), from /proc. RSS splits into
+// anonymous memory (RssAnon: the Go heap, stacks, runtime) and pages of
+// mapped files (RssFile: mostly the binary's text), which a container's
+// memory limit can reclaim.
 type ProcUsage struct {
-	CPU          time.Duration
-	RSS, PeakRSS int64 // bytes
+	CPU              time.Duration
+	RSS, PeakRSS     int64 // bytes
+	RSSAnon, RSSFile int64 // bytes, now
 }
 
 // ReadProcUsage reads pid's usage.
@@ -117,6 +124,10 @@ func ReadProcUsage(pid int) (ProcUsage, error) {
 			u.RSS = v << 10
 		case "VmHWM:":
 			u.PeakRSS = v << 10
+		case "RssAnon:":
+			u.RSSAnon = v << 10
+		case "RssFile:":
+			u.RSSFile = v << 10
 		}
 	}
 	return u, nil
