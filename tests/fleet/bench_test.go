@@ -85,10 +85,8 @@ func BenchmarkFleetRollout(b *testing.B) {
 	}
 }
 
-// progress prints, every interval until stopped, how many of the pool's
-// machines boot target, so a long run shows its pace as it goes.
 // samplePeak reads pid's usage every interval until the returned function
-// is called, which returns the highest value of what seen.
+// is called, which returns the highest value of what it saw.
 func samplePeak(pid int, every time.Duration, what func(ProcUsage) int64) (stop func() int64) {
 	done := make(chan struct{})
 	result := make(chan int64, 1)
@@ -111,6 +109,8 @@ func samplePeak(pid int, every time.Duration, what func(ProcUsage) int64) (stop 
 	return func() int64 { close(done); return <-result }
 }
 
+// progress prints, every interval until stopped, how many of the pool's
+// machines boot target, so a long run shows its pace as it goes.
 func progress(p *Pool, target string, start time.Time, every time.Duration) (stop func()) {
 	done := make(chan struct{})
 	go func() {
