@@ -13,6 +13,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -57,6 +58,7 @@ type runner struct {
 	refusalShown string // the APIAccess message last written while waiting for the lists
 	malformed    []string
 	stage        *stageRun
+	apiRounds    *rate.Limiter // paces rounds woken by the API server (pace.go)
 	// lastRead is the last bootc status read: while the agent's own stage
 	// holds the sysroot lock, rounds decide on it instead of waiting
 	// behind the pull for a new one.
@@ -137,6 +139,7 @@ func (r *runner) run(ctx context.Context) error {
 		// between to ping the watchdog, which costs nothing, and to send a
 		// heartbeat when one is due, which costs one status write (no
 		// bootc status: any change wakes a full round anyway).
+		var woke wake
 		for {
 			sleep := nextRound.Sub(r.now())
 			if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < sleep {
@@ -148,11 +151,12 @@ func (r *runner) run(ctx context.Context) error {
 			if sleep < 10*time.Millisecond {
 				sleep = 10 * time.Millisecond
 			}
-			woke, ok := r.sleep(ctx, sleep)
+			var ok bool
+			woke, ok = r.sleep(ctx, sleep)
 			if !ok {
 				return nil
 			}
-			if woke || !r.now().Before(nextRound) {
+			if woke != wokeByTimer || !r.now().Before(nextRound) {
 				break
 			}
 			if r.reportDue() <= 0 && !r.heartbeat(ctx) {
@@ -160,37 +164,9 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			_ = r.deps.Notifier.Watchdog()
 		}
-		// A file-system change right after a round is usually that round's
-		// own doing (or a burst): wait a little so a feedback loop or a
-		// burst costs at most a few rounds a second.
-		if d := minRoundGap - r.now().Sub(lastRound); d > 0 {
-			if _, ok := r.sleep(ctx, d); !ok {
-				return nil
-			}
+		if !r.paceRound(ctx, woke, lastRound) {
+			return nil
 		}
-	}
-}
-
-// minRoundGap is the shortest time between two rounds woken by events.
-const minRoundGap = 250 * time.Millisecond
-
-// sleep waits d or until an event: woke reports an event (an informer poke,
-// a file-system change, the stage finishing); ok is false once ctx ended.
-func (r *runner) sleep(ctx context.Context, d time.Duration) (woke, ok bool) {
-	t := r.deps.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false, false
-	case <-r.kube.pokes:
-		return true, true
-	case <-r.deps.Changes:
-		return true, true
-	case err := <-r.stageDone():
-		r.stageFinished(err)
-		return true, true
-	case <-t.C():
-		return false, true
 	}
 }
 
