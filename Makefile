@@ -96,4 +96,5 @@ bench-bound: ## Rollout vs its lower bound: BENCH_NODES=100 (1000,5000 on a quie
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 20s).
 	$(GO) test ./api/lease -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $${FUZZTIME:-20s}
+	$(GO) test ./api/lease -run '^$$' -fuzz '^FuzzValidBootID$$' -fuzztime $${FUZZTIME:-20s}
 	$(GO) test ./api/imageref -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $${FUZZTIME:-20s}

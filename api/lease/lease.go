@@ -173,10 +173,29 @@ type Grant struct {
 	Namespace       string
 }
 
-var bootIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
-// ValidBootID reports whether s looks like /proc/sys/kernel/random/boot_id.
-func ValidBootID(s string) bool { return bootIDRE.MatchString(s) }
+// ValidBootID reports whether s looks like /proc/sys/kernel/random/boot_id:
+// a UUID in lowercase hex, 8-4-4-4-12. A loop, not a regexp: the planner
+// checks every node's boot ID several times a pass, and at 1,000 nodes the
+// regexp was 40% of a pass's CPU.
+func ValidBootID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // Parse reads a slot Lease. A free slot returns ErrFree; anything that does
 // not follow the protocol returns an error wrapping ErrMalformed and must be

@@ -156,6 +156,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		// Planned on anyway: a Lease write made on a stale read conflicts.
 		log.Info("the cache did not show this coordinator's last writes in time; planning on it anyway", "writes", n, "waited", cacheWait.String())
 	}
+	awaited := time.Now()
 	var pool fleetv1.BootcNodePool
 	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -193,12 +194,14 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
 	}
+	observed := time.Now()
 	out := plan.Plan(in)
 
 	planned := time.Now()
 	applied, err := r.apply(ctx, log, &pool, w, in, out)
 	log.V(1).Info("pass", "slotChanges", len(out.Changes), "bootcNodeWrites", len(out.CreateBootcNodes)+len(out.UpdateBootcNodes),
-		"events", len(out.Events), "readAndPlan", planned.Sub(began).String(), "write", time.Since(planned).String())
+		"events", len(out.Events), "readAndPlan", planned.Sub(began).String(), "write", time.Since(planned).String(),
+		"awaitOwnWrites", awaited.Sub(began).String(), "observe", observed.Sub(awaited).String(), "plan", planned.Sub(observed).String())
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Someone else changed a Lease or the pool since we read it:

@@ -34,7 +34,16 @@ func holdsKind(ss []*Slot, k lease.Kind) bool {
 	return false
 }
 
+// failures counts the pool's failed nodes: reboot slots held failed and
+// targets refused under the signature policy.
 func (p *planner) failures() int {
+	if p.failuresKnown {
+		return p.failureCount
+	}
+	return p.countFailures()
+}
+
+func (p *planner) countFailures() int {
 	c := 0
 	for name := range p.failedSlot {
 		if n, ok := p.nodes[name]; ok && n.InPool {

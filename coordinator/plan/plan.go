@@ -94,6 +94,18 @@ type planner struct {
 	noImage map[string]*platform.Problem
 	// win: the pool's maintenance windows now (pacing.go).
 	win windowState
+	// freshOf and conflict: per-node facts asked many times a pass, found
+	// once (at 1,000 nodes re-deriving them was most of a pass's CPU).
+	freshOf  map[string]freshStatus
+	conflict map[string]bool
+	// failureCount is failures() once the held slots are settled.
+	failureCount  int
+	failuresKnown bool
+}
+
+type freshStatus struct {
+	bootID string
+	status *fleetv1.BootcNodeStatus
 }
 
 // Plan decides the changes for one pool. It is pure and deterministic: the
@@ -120,6 +132,11 @@ func Plan(in Input) Output {
 	for i := range in.BootcNodes {
 		p.bns[in.BootcNodes[i].Name] = &in.BootcNodes[i]
 	}
+	p.freshOf, p.conflict = make(map[string]freshStatus, len(in.Nodes)), make(map[string]bool, len(in.Nodes))
+	for _, n := range in.Nodes {
+		p.freshOf[n.Name] = freshStatus{bootID: n.BootID, status: p.readFresh(n)}
+		p.conflict[n.Name] = len(n.OtherPools) > 0 || len(validation.IsValidLabelValue(n.Name)) > 0
+	}
 	if in.Target.Digest != "" {
 		p.target = in.Target
 	}
@@ -143,6 +160,9 @@ func Plan(in Input) Output {
 	for i := range slots {
 		p.held(slots[i])
 	}
+	// The held slots settled every node's failure: count them once, not
+	// once per waiting node's explanation.
+	p.failureCount, p.failuresKnown = p.countFailures(), true
 	p.grant(slots)
 	p.membership()
 	p.status()
@@ -152,6 +172,9 @@ func Plan(in Input) Output {
 // conflicted: the node is matched by another pool too, or its name cannot be
 // a label value; the pool acts on none of these.
 func (p *planner) conflicted(n Node) bool {
+	if c, ok := p.conflict[n.Name]; ok {
+		return c
+	}
 	return len(n.OtherPools) > 0 || len(validation.IsValidLabelValue(n.Name)) > 0
 }
 
@@ -183,6 +206,13 @@ func (p *planner) ensureSlots(slots []Slot) {
 // the kubelet reports now; nil otherwise (a stale status is never acted on).
 // A soft-reboot count outside systemd's uint32 is no status either.
 func (p *planner) fresh(n Node) *fleetv1.BootcNodeStatus {
+	if f, ok := p.freshOf[n.Name]; ok && f.bootID == n.BootID {
+		return f.status
+	}
+	return p.readFresh(n)
+}
+
+func (p *planner) readFresh(n Node) *fleetv1.BootcNodeStatus {
 	bn := p.bns[n.Name]
 	if bn == nil || bn.Spec.Pool != p.pool || !lease.ValidBootID(n.BootID) || bn.Status.BootID != n.BootID ||
 		bn.Status.SoftRebootCount < 0 || bn.Status.SoftRebootCount > math.MaxUint32 {
