@@ -12,6 +12,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
@@ -33,7 +34,7 @@ type bootcNodeWriter struct {
 	client client.Client
 	writes *ownWrites
 	log    logr.Logger
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  priorityqueue.PriorityQueue[string]
 
 	mu   sync.Mutex
 	want map[string]bootcNodeWish // by node
@@ -42,6 +43,7 @@ type bootcNodeWriter struct {
 type bootcNodeWish struct {
 	pool   string
 	change plan.BootcNodeChange
+	spec   bool // it changes more than the coordinator's annotations
 }
 
 // bootcNodeWorkers write BootcNodes concurrently. Few on purpose: these
@@ -50,15 +52,25 @@ type bootcNodeWish struct {
 // minutes from 4,070 to 1,040, though the first spec patches landed sooner;
 // a separate lane of 32 writers for spec patches alone cut the nodes updated
 // after 2 minutes from 1,558 to 683: the API server is saturated there.
-// Spec changes (which grants wait for) are queued at once, annotation-only
-// changes after annotationDelay, so the former go first.
+// Instead spec changes (which grants wait for) go first: they are queued at
+// once and at a higher priority, annotation-only changes after
+// annotationDelay at the lowest.
 const bootcNodeWorkers = 8
+
+// Priorities in the writer's queue: a node whose wish changes its spec is
+// written before every node whose wish only explains.
+var (
+	prioritySpec  = 1
+	priorityNotes = 0
+)
 
 func newBootcNodeWriter(c client.Client, writes *ownWrites, log logr.Logger) *bootcNodeWriter {
 	return &bootcNodeWriter{
 		client: c, writes: writes, log: log, want: map[string]bootcNodeWish{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "bootcnode-writes"}),
+		queue: priorityqueue.New("bootcnode-writes", func(o *priorityqueue.Opts[string]) {
+			o.RateLimiter = workqueue.DefaultTypedControllerRateLimiter[string]()
+			o.Log = log.WithName("queue")
+		}),
 	}
 }
 
@@ -69,16 +81,24 @@ func newBootcNodeWriter(c client.Client, writes *ownWrites, log logr.Logger) *bo
 const annotationDelay = time.Second
 
 // set asks for node's BootcNode to become c; onlyNotes says that c changes
-// only the coordinator's annotations.
+// only the coordinator's annotations. A node already queued keeps the
+// higher of its priorities and the sooner of its times.
 func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange, onlyNotes bool) {
 	b.mu.Lock()
-	b.want[c.Name] = bootcNodeWish{pool: pool, change: c}
+	b.want[c.Name] = bootcNodeWish{pool: pool, change: c, spec: !onlyNotes}
 	b.mu.Unlock()
 	if onlyNotes {
-		b.queue.AddAfter(c.Name, annotationDelay)
+		b.queue.AddWithOpts(priorityqueue.AddOpts{After: annotationDelay, Priority: &priorityNotes}, c.Name)
 		return
 	}
-	b.queue.Add(c.Name)
+	b.queue.AddWithOpts(priorityqueue.AddOpts{Priority: &prioritySpec}, c.Name)
+}
+
+func (w bootcNodeWish) priority() *int {
+	if w.spec {
+		return &prioritySpec
+	}
+	return &priorityNotes
 }
 
 // forget drops what is wanted for node (its BootcNode is being deleted).
@@ -120,7 +140,7 @@ func (b *bootcNodeWriter) next(ctx context.Context) bool {
 	}
 	if err := b.write(ctx, wish); err != nil {
 		b.log.Info("cannot update BootcNode; retrying", "node", node, "error", err.Error())
-		b.queue.AddRateLimited(node)
+		b.queue.AddWithOpts(priorityqueue.AddOpts{RateLimited: true, Priority: wish.priority()}, node)
 		return true
 	}
 	b.queue.Forget(node)
