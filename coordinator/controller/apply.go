@@ -85,11 +85,6 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 			return applied, err
 		}
 	}
-	for _, node := range out.Uncordon {
-		if err := r.uncordon(ctx, pool.Name, node); err != nil {
-			return applied, err
-		}
-	}
 	for _, node := range out.StopDrains {
 		r.drains.stop(node)
 	}

@@ -246,9 +246,7 @@ type Output struct {
 	// DeleteSlots are free surplus slots.
 	DeleteSlots []string
 	// Changes are slot updates: releases and revokes first, then grants.
-	Changes []SlotChange
-	// Uncordon lists nodes to uncordon that no slot change covers.
-	Uncordon    []string
+	Changes     []SlotChange
 	StartDrains []DrainStart
 	StopDrains  []string
 

@@ -228,11 +228,6 @@ func (w *world) apply(out Output) {
 		}
 
 	}
-	for _, name := range out.Uncordon {
-		if n := w.nodes[name]; n != nil {
-			n.Unschedulable, n.CordonedFor = false, ""
-		}
-	}
 	for _, name := range out.StopDrains {
 		delete(w.drains, name)
 	}
