@@ -86,9 +86,11 @@ func TestRefusedRequestsShowOnTheBootcNode(t *testing.T) {
 	if !h.notify.has("READY=1") {
 		t.Errorf("READY=1 not sent while the API server refuses: boot would wait for it; notifications %q", h.notify.lines)
 	}
-	if !h.notify.hasAll("STATUS=Waiting for the API server", "forbidden") {
-		t.Errorf("STATUS= does not say what the agent waits for: %q", h.notify.lines)
-	}
+	// STATUS= follows the BootcNode write (the agent sends it once the
+	// patch returned), so it may come a moment after the condition shows.
+	h.until("STATUS= says what the agent waits for", func() bool {
+		return h.notify.hasAll("STATUS=Waiting for the API server", "forbidden")
+	})
 	if n, _ := h.bootc.counts(); n != 0 {
 		t.Fatal("staged without its grants listed")
 	}

@@ -215,15 +215,6 @@ func (r *runner) probeHost(ctx context.Context) {
 	if err != nil {
 		hostState = "; host not ready: " + err.Error()
 	}
-	why := "no answer yet"
-	var errs []string
-	for inf, e := range r.kube.listErrors() {
-		errs = append(errs, inf+": "+e.Error())
-	}
-	if len(errs) > 0 {
-		sort.Strings(errs)
-		why = strings.Join(errs, "; ")
-	}
 	// A refused list (e.g. no RBAC for Leases) never heals by waiting: say
 	// so on the BootcNode, if it can be read and written.
 	if n := r.kube.bootcNode(); n != nil {
@@ -234,6 +225,17 @@ func (r *runner) probeHost(ctx context.Context) {
 			}
 			cancel()
 		}
+	}
+	// After the report above, so STATUS= never says less than the
+	// BootcNode: a list refused meanwhile shows in both.
+	why := "no answer yet"
+	var errs []string
+	for inf, e := range r.kube.listErrors() {
+		errs = append(errs, inf+": "+e.Error())
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		why = strings.Join(errs, "; ")
 	}
 	line := truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.kube.host, why, hostState), 512)
 	if line != r.lastNotify {
