@@ -47,6 +47,12 @@ const (
 	// when the holder was first found back on the image, Ready, in its new
 	// boot; the slot is released minReadySeconds later if it stays so.
 	AnnotationBackSince = "fleet.bootc.dev/back-since"
+	// AnnotationCameBack (RFC 3339, held reboot slots in phase Reboot,
+	// coordinator only): when the holder was first found back on the image
+	// under this grant. Never cleared while the grant stands: a node that
+	// came back is done with rebootTimeout, and a later NotReady blip only
+	// restarts the minReadySeconds clock (amendment 21).
+	AnnotationCameBack = "fleet.bootc.dev/came-back"
 	// AnnotationReleasedAt (RFC 3339, free reboot slots, coordinator only):
 	// when the slot was last released with its node verified back; the
 	// start of pauseBetweenBatches.

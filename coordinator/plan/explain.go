@@ -37,6 +37,8 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 			return fleetv1.RolloutDraining, fmt.Sprintf("cordoned and draining for reboot slot %s", s.Name)
 		case !s.BackSince.IsZero():
 			return fleetv1.RolloutVerifying, fmt.Sprintf("back on %s; the slot is released once it has stayed Ready for %s (minReadySeconds)", shortImage(g.Image.String()), p.minReady())
+		case s.CameBack:
+			return fleetv1.RolloutVerifying, fmt.Sprintf("came back on %s but is not back now; reboot slot %s is released once it has stayed back, Ready, for %s (minReadySeconds)", shortImage(g.Image.String()), s.Name, p.minReady())
 		default:
 			return fleetv1.RolloutRebooting, fmt.Sprintf("rebooting into %s under reboot slot %s", shortImage(g.Image.String()), s.Name)
 		}

@@ -43,6 +43,8 @@ func ParseSlot(pool string, l *coordinationv1.Lease) (s Slot, ok bool) {
 		s.State, s.Grant = SlotHeld, g
 		// Unreadable: the minReadySeconds clock starts again, later, never earlier.
 		s.BackSince, _ = time.Parse(time.RFC3339Nano, l.Annotations[lease.AnnotationBackSince])
+		// Any value says the node came back under this grant.
+		_, s.CameBack = l.Annotations[lease.AnnotationCameBack]
 		if kind == lease.KindReboot {
 			switch v := l.Annotations[lease.AnnotationCordonedByUs]; v {
 			case "true", "false":
@@ -114,6 +116,9 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 			delete(l.Annotations, lease.AnnotationBackSince)
 		} else {
 			l.Annotations[lease.AnnotationBackSince] = c.BackSince.UTC().Format(time.RFC3339Nano)
+			if _, ok := l.Annotations[lease.AnnotationCameBack]; !ok {
+				l.Annotations[lease.AnnotationCameBack] = c.BackSince.UTC().Format(time.RFC3339Nano)
+			}
 		}
 	case OpRelease, OpRevoke:
 		clearGrant(l)
@@ -136,7 +141,7 @@ func clearGrant(l *coordinationv1.Lease) {
 	l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = nil, nil, nil
 	delete(l.Labels, lease.LabelHolder)
 	for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationSoftRebootCount, lease.AnnotationPhase,
-		lease.AnnotationFailure, lease.AnnotationCordonedByUs, lease.AnnotationBackSince, lease.AnnotationReleasedAt} {
+		lease.AnnotationFailure, lease.AnnotationCordonedByUs, lease.AnnotationBackSince, lease.AnnotationCameBack, lease.AnnotationReleasedAt} {
 		delete(l.Annotations, a)
 	}
 }

@@ -90,7 +90,7 @@ func (p *planner) trackBack(s Slot, n Node, back bool) {
 		p.requeueAt(s.BackSince.Add(p.minReady()))
 	case !s.BackSince.IsZero():
 		p.change(s, SlotChange{Op: OpMarkBack, Why: WhyFellOver})
-		p.nodeEvent(n.Name, "Warning", EventNodeFellOver, "node %s came back on %s but is not any more (Ready %v) before minReadySeconds (%s) passed; reboot slot %s stays held",
+		p.nodeEvent(n.Name, "Warning", EventNodeFellOver, "node %s came back on %s but is not any more (Ready %v) before minReadySeconds (%s) passed; reboot slot %s stays held, and the minReadySeconds clock starts again once it is back (it came back in time, so rebootTimeout no longer applies)",
 			n.Name, s.Grant.Image, n.Ready, p.minReady(), s.Name)
 	}
 }

@@ -294,6 +294,7 @@ func (p *planner) change(s Slot, c SlotChange) {
 		a.Grant.Failure = c.Failure
 	case OpMarkBack:
 		a.BackSince = c.BackSince
+		a.CameBack = a.CameBack || !c.BackSince.IsZero()
 	}
 }
 

@@ -88,6 +88,10 @@ func (p *planner) held(s Slot) {
 			p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
 				s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
+		case s.CameBack:
+			// It came back under this grant, so the reboot is done: a blip
+			// since restarts only the minReadySeconds clock (trackBack), and
+			// rebootTimeout no longer judges it (amendment 21).
 		// renewTime is when the coordinator advanced the grant to Reboot;
 		// no agent writes a Lease, so nothing a node does extends it.
 		case g.Failure == "" && !p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):

@@ -123,6 +123,10 @@ type Slot struct {
 	// holder back on the image, Ready, for minReadySeconds (annotation
 	// lease.AnnotationBackSince). Zero: not back, or not tracked.
 	BackSince time.Time
+	// CameBack (held reboot slots): the holder was found back on the image
+	// under this grant at least once (annotation lease.AnnotationCameBack);
+	// rebootTimeout no longer applies to it (amendment 21).
+	CameBack bool
 	// ReleasedAt (free reboot slots): when the slot was last released with
 	// its node verified back (annotation lease.AnnotationReleasedAt), for
 	// pauseBetweenBatches.
