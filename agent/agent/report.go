@@ -14,6 +14,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -61,16 +62,9 @@ func (r *runner) apiAccess(gen int64) metav1.Condition {
 	if len(msgs) > 0 {
 		sort.Strings(msgs)
 		c.Status, c.Reason = metav1.ConditionFalse, fleetv1.ReasonRequestRefused
-		c.Message = truncate("the API server refuses requests of this agent: "+strings.Join(msgs, "; "), maxConditionMessage)
+		c.Message = text.Truncate("the API server refuses requests of this agent: "+strings.Join(msgs, "; "), maxConditionMessage)
 	}
 	return c
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-len("…")] + "…"
 }
 
 // report patches BootcNode.status when it changed or a heartbeat is due
@@ -92,8 +86,8 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 		SoftRebootCount:    o.Boot.SoftRebootCount,
 		Phase:              a.Phase,
 		Reason:             a.Reason,
-		Message:            truncate(msg, fleetv1.MaxStatusMessage),
-		AgentVersion:       truncate(r.cfg.Version, 128),
+		Message:            text.Truncate(msg, fleetv1.MaxStatusMessage),
+		AgentVersion:       text.Truncate(r.cfg.Version, 128),
 		Grants:             r.inUse(claims),
 	}
 	if st.Booted != nil || st.Staged != nil || st.Rollback != nil {
@@ -105,7 +99,7 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 	c := metav1.Condition{Type: ConditionGrantsReadable, Status: metav1.ConditionTrue, Reason: ReasonGrantsValid,
 		Message: "every lease labelled with this node follows the slot protocol", ObservedGeneration: n.Generation}
 	if len(r.malformed) > 0 {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonMalformedGrant, truncate("ignored: "+strings.Join(r.malformed, "; "), maxConditionMessage)
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonMalformedGrant, text.Truncate("ignored: "+strings.Join(r.malformed, "; "), maxConditionMessage)
 	}
 	meta.SetStatusCondition(&conds, c)
 	meta.SetStatusCondition(&conds, r.apiAccess(n.Generation))
@@ -236,7 +230,7 @@ func deployment(e *bootc.Entry) *fleetv1.Deployment {
 	}
 	d := &fleetv1.Deployment{
 		// Bounded as the CRD bounds them: bootc's output is outside input.
-		Image: truncate(e.Image, 1024), Digest: e.Digest, Version: truncate(e.Version, 256),
+		Image: text.Truncate(e.Image, 1024), Digest: e.Digest, Version: text.Truncate(e.Version, 256),
 		DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
 		Signature: fleetv1.ImageSignature(e.Signature),
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -237,7 +238,7 @@ func (r *runner) probeHost(ctx context.Context) {
 		sort.Strings(errs)
 		why = strings.Join(errs, "; ")
 	}
-	line := truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.kube.host, why, hostState), 512)
+	line := text.Truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.kube.host, why, hostState), 512)
 	if line != r.lastNotify {
 		_ = r.deps.Notifier.Status(line)
 		r.lastNotify = line

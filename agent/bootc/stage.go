@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 )
 
 // Capabilities is what the installed bootc can do, learned from its own
@@ -65,7 +66,7 @@ func (c *CLI) Probe(ctx context.Context) (Capabilities, error) {
 	}
 	v, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "bootc ")
 	if !ok || !versionRE.MatchString(v) {
-		return Capabilities{}, fmt.Errorf("%w: bootc --version printed %q, want \"bootc <version>\"", ErrMalformed, truncate(string(out), 80))
+		return Capabilities{}, fmt.Errorf("%w: bootc --version printed %q, want \"bootc <version>\"", ErrMalformed, text.Truncate(string(out), 80))
 	}
 	caps := Capabilities{Version: v}
 	sw, err := c.flags(ctx, "switch")
@@ -201,11 +202,4 @@ func (c *CLI) checkLocked(ctx context.Context, img imageref.Pinned, opts StageOp
 		return fmt.Errorf("%w: bootc reports signature %q for staged %q", ErrNotVerified, string(st.Staged.Signature), img.String())
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 )
 
 // API versions of the BootcHost document this package understands. Current
@@ -247,7 +248,7 @@ func parseSignature(raw json.RawMessage) (Signature, error) {
 		case "containerPolicy":
 			return SignatureContainerPolicy, nil
 		}
-		return "", fmt.Errorf("unknown signature %q, want insecure or containerPolicy", truncate(s, 40))
+		return "", fmt.Errorf("unknown signature %q, want insecure or containerPolicy", text.Truncate(s, 40))
 	case '{':
 		var o map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &o); err != nil {
@@ -257,7 +258,7 @@ func parseSignature(raw json.RawMessage) (Signature, error) {
 		if v, ok := o["ostreeRemote"]; len(o) == 1 && ok && json.Unmarshal(v, &remote) == nil && remote != "" {
 			return SignatureOstreeRemote, nil
 		}
-		return "", fmt.Errorf("want {\"ostreeRemote\": \"<remote>\"}, got %s", truncate(string(raw), 80))
+		return "", fmt.Errorf("want {\"ostreeRemote\": \"<remote>\"}, got %s", text.Truncate(string(raw), 80))
 	}
-	return "", fmt.Errorf("want a string or an object, got %s", truncate(string(raw), 40))
+	return "", fmt.Errorf("want a string or an object, got %s", text.Truncate(string(raw), 40))
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -32,7 +33,7 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 			// A retry keeps the last failure's words, so a drain that keeps
 			// failing reads the same on every attempt (and is not rewritten).
 			if d, ok := p.in.Drains[name]; ok && d.Grant == g.ID && d.Message != "" && d.State != DrainDone {
-				return fleetv1.RolloutDraining, truncate("drain blocked, retrying: "+d.Message, fleetv1.MaxRolloutReason)
+				return fleetv1.RolloutDraining, text.Truncate("drain blocked, retrying: "+d.Message, fleetv1.MaxRolloutReason)
 			}
 			return fleetv1.RolloutDraining, fmt.Sprintf("cordoned and draining for reboot slot %s", s.Name)
 		case !s.BackSince.IsZero():
@@ -47,23 +48,23 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 	case n.Held:
 		why := "held out of the rollout by the Node annotation " + fleetv1.AnnotationHold
 		if n.HoldReason != "" {
-			why += " (" + truncate(n.HoldReason, 100) + ")"
+			why += " (" + text.Truncate(n.HoldReason, 100) + ")"
 		}
 		return fleetv1.RolloutHeld, why + "; remove it to let the node update"
 	case p.noImage[name] != nil:
-		return fleetv1.RolloutNoImage, truncate(p.noImage[name].Reason+": "+p.noImage[name].Message, fleetv1.MaxRolloutReason)
+		return fleetv1.RolloutNoImage, text.Truncate(p.noImage[name].Reason+": "+p.noImage[name].Message, fleetv1.MaxRolloutReason)
 	case p.target.Digest == "":
 		return fleetv1.RolloutBlocked, "the pool's image has not resolved to a digest yet"
 	case st != nil && hasTarget && onDigest(st.Booted, tgt.Digest):
 		return fleetv1.RolloutUpdated, "runs " + shortImage(tgt.String())
 	case p.in.ResolveError != "":
-		return fleetv1.RolloutBlocked, truncate("no new grants while spec.image does not resolve: "+p.in.ResolveError, fleetv1.MaxRolloutReason)
+		return fleetv1.RolloutBlocked, text.Truncate("no new grants while spec.image does not resolve: "+p.in.ResolveError, fleetv1.MaxRolloutReason)
 	case p.signatureRejected(name):
-		return fleetv1.RolloutFailed, truncate("the host's signature policy rejected the image: "+st.Message, fleetv1.MaxRolloutReason)
+		return fleetv1.RolloutFailed, text.Truncate("the host's signature policy rejected the image: "+st.Message, fleetv1.MaxRolloutReason)
 	case st == nil:
 		return fleetv1.RolloutUnknown, "no report from its agent in the node's current boot yet"
 	case st.Phase == fleetv1.PhaseDegraded:
-		return fleetv1.RolloutDegraded, truncate(fmt.Sprintf("its agent reports %s: %s", orUnknown(st.Reason), st.Message), fleetv1.MaxRolloutReason)
+		return fleetv1.RolloutDegraded, text.Truncate(fmt.Sprintf("its agent reports %s: %s", orUnknown(st.Reason), st.Message), fleetv1.MaxRolloutReason)
 	case !p.desiredIsTarget(name):
 		return fleetv1.RolloutUnknown, "its desired image is being set"
 	case p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly:
@@ -104,7 +105,7 @@ func (p *planner) waitingForStage(st *fleetv1.BootcNodeStatus) (string, string) 
 	case !p.stageGrantsAllowed():
 		return fleetv1.RolloutBlocked, p.win.describe() + " (stageOnlyInWindow)"
 	case st.Reason == fleetv1.ReasonStageFailed:
-		return s, truncate("its last stage failed; it waits behind the other nodes for a stage slot: "+st.Message, fleetv1.MaxRolloutReason)
+		return s, text.Truncate("its last stage failed; it waits behind the other nodes for a stage slot: "+st.Message, fleetv1.MaxRolloutReason)
 	}
 	return s, fmt.Sprintf("waiting for a stage slot: maxStaging %d", p.b.MaxStaging)
 }
@@ -113,7 +114,7 @@ func (p *planner) waitingForStage(st *fleetv1.BootcNodeStatus) (string, string) 
 func shortImage(ref string) string {
 	for i := len(ref) - 1; i >= 0; i-- {
 		if ref[i] == '@' {
-			return ref[:i+1] + shortDigest(ref[i+1:])
+			return ref[:i+1] + text.ShortDigest(ref[i+1:])
 		}
 	}
 	return ref

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -110,7 +111,7 @@ func (p *planner) heldNodes() []string {
 	for _, name := range p.members {
 		if n := p.nodes[name]; n.Held {
 			if n.HoldReason != "" {
-				out = append(out, fmt.Sprintf("%s (%s)", name, truncate(n.HoldReason, 100)))
+				out = append(out, fmt.Sprintf("%s (%s)", name, text.Truncate(n.HoldReason, 100)))
 			} else {
 				out = append(out, name)
 			}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -73,7 +74,7 @@ const maxAnnotation = 1024
 func (p *planner) noPlatformImage(name string, bn *fleetv1.BootcNode) string {
 	want := ""
 	if prob := p.noImage[name]; prob != nil {
-		want = truncate(prob.String(), maxAnnotation)
+		want = text.Truncate(prob.String(), maxAnnotation)
 	}
 	had := ""
 	if bn != nil {
@@ -105,7 +106,7 @@ func (p *planner) platformCondition(set func(typ string, status metav1.Condition
 	case p.in.Uninspected != "":
 		set(typ, metav1.ConditionUnknown, fleetv1.ReasonNotInspected,
 			fmt.Sprintf("spec.image names digest %s and the registry could not be asked whether it is a multi-arch index (%s): every node is given it as written. If it is an index, nodes will not converge (bootc reports the digest of its platform's image): let the coordinator reach the registry (--insecure-registry, pull credentials), or pin each pool to a platform image",
-				p.target.Digest, truncate(p.in.Uninspected, 300)))
+				p.target.Digest, text.Truncate(p.in.Uninspected, 300)))
 	case p.in.Index == nil:
 		set(typ, metav1.ConditionTrue, fleetv1.ReasonSingleManifest, fmt.Sprintf("%s is a single image manifest: every node's desiredImage is the target", p.target))
 	case len(p.noImage) > 0:
@@ -125,7 +126,7 @@ func (p *planner) platformCondition(set func(typ string, status metav1.Condition
 		for _, k := range p.in.Index.Platforms() {
 			for _, e := range p.in.Index.Entries[k] {
 				if count[e.Digest] > 0 {
-					used = append(used, fmt.Sprintf("%s %s (%d node(s))", k, shortDigest(e.Digest), count[e.Digest]))
+					used = append(used, fmt.Sprintf("%s %s (%d node(s))", k, text.ShortDigest(e.Digest), count[e.Digest]))
 				}
 			}
 		}
@@ -149,13 +150,6 @@ func sortedNames[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func shortDigest(d string) string {
-	if len(d) > len("sha256:")+12 {
-		return d[:len("sha256:")+12] + "…"
-	}
-	return d
 }
 
 func orNothing(s string) string {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -162,7 +163,7 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 	case claimed && claim.Released != "":
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
 		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
-			n.Name, s.Name, claim.Released, truncate(st.Message, 300), n.Name)
+			n.Name, s.Name, claim.Released, text.Truncate(st.Message, 300), n.Name)
 	default:
 		// Alive from the grant (the coordinator's own write) or from the
 		// last heartbeat that listed it, as the coordinator saw it.
@@ -191,13 +192,6 @@ func claimOf(st *fleetv1.BootcNodeStatus, id lease.ID) (fleetv1.GrantInUse, bool
 		}
 	}
 	return fleetv1.GrantInUse{}, false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-len("…")] + "…"
 }
 
 func goneFor(wasRebooting bool, d time.Duration) string {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -198,7 +199,7 @@ func (p *planner) quietAgents(holds map[string][]*Slot) (quiet, refusing []strin
 			continue
 		}
 		if c := meta.FindStatusCondition(bn.Status.Conditions, fleetv1.ConditionAPIAccess); c != nil && c.Status == metav1.ConditionFalse {
-			refusing = append(refusing, fmt.Sprintf("%s (%s)", name, truncate(c.Message, 200)))
+			refusing = append(refusing, fmt.Sprintf("%s (%s)", name, text.Truncate(c.Message, 200)))
 		}
 		st := p.fresh(n)
 		work := len(holds[name]) > 0 || (bn.Spec.DesiredImage != "" && (st == nil || st.Booted == nil ||

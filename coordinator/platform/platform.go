@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -167,15 +168,15 @@ func (ix *Index) For(os, arch string) (string, *Problem) {
 	k := Key(os, arch, "")
 	switch es := ix.Entries[k]; len(es) {
 	case 0:
-		return "", &Problem{ReasonNotInIndex, fmt.Sprintf("index %s has no image for %s (it has %s)", shortDigest(ix.Digest), k, orNone(ix.Platforms()))}
+		return "", &Problem{ReasonNotInIndex, fmt.Sprintf("index %s has no image for %s (it has %s)", text.ShortDigest(ix.Digest), k, orNone(ix.Platforms()))}
 	case 1:
 		return es[0].Digest, nil
 	default:
 		var c []string
 		for _, e := range es {
-			c = append(c, e.Platform+" "+shortDigest(e.Digest))
+			c = append(c, e.Platform+" "+text.ShortDigest(e.Digest))
 		}
-		return "", &Problem{ReasonAmbiguous, fmt.Sprintf("index %s has %d images for %s that cannot be told apart (%s)", shortDigest(ix.Digest), len(es), k, strings.Join(c, ", "))}
+		return "", &Problem{ReasonAmbiguous, fmt.Sprintf("index %s has %d images for %s that cannot be told apart (%s)", text.ShortDigest(ix.Digest), len(es), k, strings.Join(c, ", "))}
 	}
 }
 
@@ -190,9 +191,3 @@ func orNone(ks []string) string {
 }
 
 // shortDigest abbreviates a digest for messages: sha256:ab12cd34ef56….
-func shortDigest(d string) string {
-	if len(d) > len("sha256:")+12 {
-		return d[:len("sha256:")+12] + "…"
-	}
-	return d
-}
