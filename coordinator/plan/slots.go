@@ -89,6 +89,16 @@ func (p *planner) held(s Slot) {
 			p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
 				s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
+		case p.unverifiedAndUnused(n, st, g):
+			// requireSignedImages was turned on after the stage, and the
+			// agent proves it will not use this grant (amendment 21): it
+			// waits for a stage grant the coordinator gives no slot holder.
+			// Revoke it, so the node is staged again, verified, and granted
+			// again, instead of timing out as a reboot that never came back.
+			p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
+			p.nodeEvent(n.Name, "Warning", EventStagedNotVerified, "revoked reboot slot %s of node %s in phase Reboot: its staged %s was not verified by the container signature policy (signature %q) and the pool now requires signed images; its agent reports, acting on that spec, that it waits with the stage locked and never rebooted under the grant, so it will be staged again with enforcement and granted again%s",
+				s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
+			delete(p.failedSlot, g.Holder)
 		case s.CameBack:
 			// It came back under this grant, so the reboot is done: a blip
 			// since restarts only the minReadySeconds clock (trackBack), and
@@ -218,6 +228,9 @@ func bootChange(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) string {
 
 func (p *planner) whyNotBack(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) string {
 	switch {
+	case p.in.Pool.Spec.RequireSignedImages && inGrantsBoot(n, st, g) && onDigest(st.Staged, g.Image.Digest) && !st.Staged.Verified():
+		return fmt.Sprintf("it never rebooted: its staged image was not verified by the container signature policy (signature %q) and the pool requires signed images; its agent has not yet reported, acting on that spec, that it waits with the stage locked (phase %s), so the grant could not be revoked safely",
+			orUnknown(string(st.Staged.Signature)), st.Phase)
 	case !n.Ready:
 		return "the Node is not Ready"
 	case n.BootID == g.BootID && !softRebootedSince(n, st, g):
@@ -235,4 +248,29 @@ func (p *planner) whyNotBack(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant)
 		}
 		return msg
 	}
+}
+
+// inGrantsBoot: the agent's fresh report is from the very boot the grant
+// was issued in (no reboot, full or soft, since).
+func inGrantsBoot(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) bool {
+	return st != nil && n.BootID == g.BootID && softCount(st) == g.SoftRebootCount
+}
+
+// unverifiedAndUnused: a reboot grant in phase Reboot that its agent
+// provably did not and will not use, because signed images are now
+// required and its stage is not verified (amendment 21). All of: the pool
+// and the node's BootcNode require signed images; the agent's report acts
+// on that BootcNode's generation; it is from the grant's boot (no reboot
+// happened); the grant's digest is staged, still locked (download-only,
+// so no unlock happened) and not verified; and the agent reports Waiting
+// (an agent with a reboot record, or about to use the grant, reports
+// Rebooting). An agent acting on such a spec never unlocks or reboots into
+// an unverified stage (decide: rule 1 drops the record, rule 4 is skipped),
+// and only this coordinator writes the spec.
+func (p *planner) unverifiedAndUnused(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) bool {
+	bn := p.bns[n.Name]
+	return p.in.Pool.Spec.RequireSignedImages && bn != nil && bn.Spec.RequireSignedImages &&
+		inGrantsBoot(n, st, g) && st.ObservedGeneration == bn.Generation &&
+		onDigest(st.Staged, g.Image.Digest) && st.Staged.DownloadOnly && !st.Staged.Verified() &&
+		st.Phase == fleetv1.PhaseWaiting
 }

@@ -284,6 +284,10 @@ const (
 	EventSlotMalformed  = "SlotMalformed"
 	EventRolloutDone    = "RolloutComplete"
 	EventCordonRestored = "CordonRestored"
+	// EventStagedNotVerified: a reboot grant in phase Reboot was revoked
+	// because its node's stage is not verified and signed images are now
+	// required (amendment 21).
+	EventStagedNotVerified = "StagedNotVerified"
 	// On a BootcNode: its pool's index has no image for its platform (the
 	// Event's reason is the fleetv1.ReasonPlatform* of the case), or now has.
 	EventPlatformImageFound = "PlatformImageFound"
