@@ -164,6 +164,9 @@ func TestInvalidPoolsRejectedNamingTheField(t *testing.T) {
 		{"unknown rebootPolicy", func(o map[string]any) { spec(o)["rebootPolicy"] = "Sometimes" }, "spec.rebootPolicy"},
 		{"imagePullSecret not a name", func(o map[string]any) { spec(o)["imagePullSecret"] = "../other/secret" }, "spec.imagePullSecret"},
 		{"imagePullSecret upper case", func(o map[string]any) { spec(o)["imagePullSecret"] = "Pull" }, "spec.imagePullSecret"},
+		{"window timeZone Local", func(o map[string]any) {
+			rollout(o)["windows"] = []any{map[string]any{"start": "02:00", "duration": "1h", "timeZone": "Local"}}
+		}, "spec.rollout.windows[0].timeZone"},
 		{"requireSignedImages a string", func(o map[string]any) { spec(o)["requireSignedImages"] = "yes" }, "spec.requireSignedImages"},
 		{"name too long", func(o map[string]any) {
 			o["metadata"].(map[string]any)["name"] = strings.Repeat("p", 51)

@@ -125,8 +125,10 @@ type MaintenanceWindow struct {
 	Duration metav1.Duration `json:"duration"`
 	// TimeZone is an IANA time zone name, e.g. Europe/Berlin (default UTC).
 	// An unknown name keeps the window closed and is named on the pool.
+	// "Local" (Go's name for the process's own zone) is refused.
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$`
+	// +kubebuilder:validation:XValidation:rule="self != 'Local'",message="Local is the reader's own time zone, not an IANA name; name the zone, e.g. Europe/Berlin or UTC"
 	// +optional
 	TimeZone string `json:"timeZone,omitempty"`
 }

@@ -66,6 +66,11 @@ func evalWindows(ws []fleetv1.MaintenanceWindow, now time.Time) windowState {
 // days) and the next one.
 func windowOpenings(w fleetv1.MaintenanceWindow, now time.Time) ([]time.Time, error) {
 	loc := time.UTC
+	if w.TimeZone == "Local" {
+		// time.LoadLocation("Local") is the process's own zone: the
+		// coordinator's, or the plugin user's. A window means one instant.
+		return nil, fmt.Errorf("time zone %q is the coordinator's own zone, not an IANA name", w.TimeZone)
+	}
 	if w.TimeZone != "" {
 		l, err := time.LoadLocation(w.TimeZone)
 		if err != nil {

@@ -52,6 +52,7 @@ func TestMaintenanceWindows(t *testing.T) {
 		{"fall back: the day after the change", []fleetv1.MaintenanceWindow{win("02:00", time.Hour, berlin)}, "2026-10-26T01:30:00Z", true, "2026-10-26T02:00:00Z", ""},                             // CET = UTC+1
 		{"fall back: a window over the repeated hour lasts its duration", []fleetv1.MaintenanceWindow{win("01:30", 2*time.Hour, berlin)}, "2026-10-25T00:45:00Z", true, "2026-10-25T01:30:00Z", ""}, // 01:30 CEST = 23:30Z
 		{"unknown time zone: closed, named", []fleetv1.MaintenanceWindow{win("02:00", time.Hour, "Mars/Olympus")}, "2026-12-01T02:30:00Z", false, "", `spec.rollout.windows[0]: unknown time zone "Mars/Olympus"`},
+		{"Local is no IANA zone: closed, named", []fleetv1.MaintenanceWindow{win("02:00", time.Hour, "Local")}, "2026-12-01T02:30:00Z", false, "", `spec.rollout.windows[0]: time zone "Local" is the coordinator's own zone, not an IANA name`},
 		{"bad start", []fleetv1.MaintenanceWindow{win("2:00", time.Hour, "")}, "2026-12-01T02:30:00Z", false, "", `start "2:00" is not HH:MM`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
