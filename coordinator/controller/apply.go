@@ -477,6 +477,7 @@ func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input,
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := in.Now
+	waiting := map[string]bool{}
 	for _, bn := range in.BootcNodes {
 		if !members[bn.Name] || holders[bn.Name] {
 			continue
@@ -490,12 +491,32 @@ func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input,
 		default:
 			continue
 		}
-		if _, ok := r.waiting[waitKey(pool, bn.Name, kind)]; !ok {
-			r.waiting[waitKey(pool, bn.Name, kind)] = now
+		key := waitKey(pool, bn.Name, kind)
+		waiting[key] = true
+		if _, ok := r.waiting[key]; !ok {
+			r.waiting[key] = now
+		}
+	}
+	// A node that stopped waiting without a grant (left the pool, was
+	// deleted, went Degraded) takes its clock with it.
+	for k := range r.waiting {
+		if strings.HasPrefix(k, pool+"/") && !waiting[k] {
+			delete(r.waiting, k)
 		}
 	}
 }
 
 func setCondition(st *fleetv1.BootcNodePoolStatus, typ string, status metav1.ConditionStatus, reason, msg string, gen int64) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+// forgetPool drops the GrantLatency clocks of a deleted pool's nodes.
+func (r *poolReconciler) forgetPool(pool string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.waiting {
+		if strings.HasPrefix(k, pool+"/") {
+			delete(r.waiting, k)
+		}
+	}
 }

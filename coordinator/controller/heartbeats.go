@@ -60,3 +60,15 @@ func (h *heartbeats) observe(bns []fleetv1.BootcNode, now time.Time) map[string]
 	}
 	return out
 }
+
+// forgetGone drops what it remembers of nodes whose BootcNode is gone, or
+// was made again (another UID). all is every BootcNode the cache holds.
+func (h *heartbeats) forgetGone(all map[string]*fleetv1.BootcNode) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name, s := range h.nodes {
+		if bn, ok := all[name]; !ok || string(bn.UID) != s.uid {
+			delete(h.nodes, name)
+		}
+	}
+}

@@ -169,6 +169,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			delete(r.statusDue, req.Name)
 			r.mu.Unlock()
 			r.drains.forgetExcept(req.Name, nil)
+			r.forgetPool(req.Name)
 			metrics.ForgetPool(req.Name)
 			return reconcile.Result{}, nil
 		}
@@ -191,6 +192,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
 	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
 	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
+	r.seen.forgetGone(w.bootcNodes)
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
 	}
