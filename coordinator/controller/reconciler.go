@@ -42,6 +42,7 @@ type poolReconciler struct {
 	drains     *drainTracker
 	targets    *targetCache
 	seen       *heartbeats
+	slotClock  *slotClock // timers of slot records on this process's clock
 	opts       Options
 	log        logr.Logger
 
@@ -170,6 +171,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			r.mu.Unlock()
 			r.drains.forgetExcept(req.Name, nil)
 			r.forgetPool(req.Name)
+			r.slotClock.forget(req.Name)
 			metrics.ForgetPool(req.Name)
 			return reconcile.Result{}, nil
 		}
@@ -193,6 +195,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
 	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
 	r.seen.forgetGone(w.bootcNodes)
+	r.slotClock.observe(pool.Name, in.Slots, now)
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
 	}

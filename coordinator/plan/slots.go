@@ -40,12 +40,12 @@ func (p *planner) held(s Slot) {
 		p.failedSlot[g.Holder] = g.Failure
 	}
 	switch {
-	case !exists && reboot && g.Phase == lease.PhaseReboot && p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
+	case !exists && reboot && g.Phase == lease.PhaseReboot && p.in.Now.Before(rebootSince(s).Add(p.b.RebootTimeout)):
 		// The Node object is gone, but the machine may be down in its
 		// reboot and come back under the same name: the slot stays held
 		// until it is back (then it is verified as usual) or rebootTimeout
 		// passed, so deleting a Node cannot let two nodes be down at once.
-		p.requeueAt(g.Renewed.Add(p.b.RebootTimeout))
+		p.requeueAt(rebootSince(s).Add(p.b.RebootTimeout))
 		p.goneHolders = append(p.goneHolders, g.Holder)
 		return
 	case !exists:
@@ -104,14 +104,16 @@ func (p *planner) held(s Slot) {
 			// since restarts only the minReadySeconds clock (trackBack), and
 			// rebootTimeout no longer judges it (amendment 21).
 		// renewTime is when the coordinator advanced the grant to Reboot;
-		// no agent writes a Lease, so nothing a node does extends it.
-		case g.Failure == "" && !p.in.Now.Before(g.Renewed.Add(p.b.RebootTimeout)):
+		// no agent writes a Lease, so nothing a node does extends it. The
+		// timer runs from when this coordinator first saw that, on its own
+		// clock (rebootSince).
+		case g.Failure == "" && !p.in.Now.Before(rebootSince(s).Add(p.b.RebootTimeout)):
 			p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
 			p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
 			p.nodeEvent(n.Name, "Warning", EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
 				n.Name, g.Image, p.b.RebootTimeout, p.whyNotBack(n, st, g), s.Name)
 		case g.Failure == "":
-			p.requeueAt(g.Renewed.Add(p.b.RebootTimeout))
+			p.requeueAt(rebootSince(s).Add(p.b.RebootTimeout))
 		}
 		return
 	}
@@ -273,4 +275,14 @@ func (p *planner) unverifiedAndUnused(n Node, st *fleetv1.BootcNodeStatus, g lea
 		inGrantsBoot(n, st, g) && st.ObservedGeneration == bn.Generation &&
 		onDigest(st.Staged, g.Image.Digest) && st.Staged.DownloadOnly && !st.Staged.Verified() &&
 		st.Phase == fleetv1.PhaseWaiting
+}
+
+// rebootSince is when the reboot timeout of slot s starts: this
+// coordinator's first sight of the grant in phase Reboot, or, if the
+// controller did not say, the grant's renewTime.
+func rebootSince(s Slot) time.Time {
+	if !s.RebootSince.IsZero() {
+		return s.RebootSince
+	}
+	return s.Grant.Renewed
 }

@@ -123,6 +123,14 @@ type Slot struct {
 	// holder back on the image, Ready, for minReadySeconds (annotation
 	// lease.AnnotationBackSince). Zero: not back, or not tracked.
 	BackSince time.Time
+	// RebootSince (held reboot slots in phase Reboot): when this
+	// coordinator process first saw the grant in phase Reboot, on its own
+	// clock; the reboot timeout runs from it. Zero: the grant's renewTime
+	// (set by whichever coordinator advanced it). The controller also puts
+	// its own first sight of the BackSince and ReleasedAt records in those
+	// fields, so a previous leader's clock never shortens a timer
+	// (amendment 21).
+	RebootSince time.Time
 	// CameBack (held reboot slots): the holder was found back on the image
 	// under this grant at least once (annotation lease.AnnotationCameBack);
 	// rebootTimeout no longer applies to it (amendment 21).
