@@ -339,10 +339,9 @@ func (r *poolReconciler) slotChanged(log logr.Logger, pool string, c plan.SlotCh
 }
 
 // cordon cordons the node of the Draining grant l, marking the Node with the
-// grant in the same update, and starts its drain. The mark, set only when
-// this call made the cordon, is what says the cordon is ours until the
-// advance to phase Reboot records it on the grant (amendment 16): an
-// admin's cordon made a moment before the grant stays the admin's.
+// grant in the same update, records on the grant that the cordon is ours
+// when this call made it (amendment 21), and starts its drain: an admin's
+// cordon made a moment before the grant stays the admin's.
 func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool string, l *coordinationv1.Lease, c plan.SlotChange) error {
 	g, err := lease.Parse(l)
 	if err != nil {
@@ -356,7 +355,18 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 		r.writes.wrote(pool, kindNode, node)
 	}
 	if was {
-		log.Info("node was cordoned by someone else already; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
+		log.Info("node was cordoned already, not by this cordon call; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
+	} else if node != nil {
+		// This call made the cordon: record it on the grant at once. The
+		// record is the only proof of ownership (the Node's mark can be
+		// copied, amendment 21); if we stop before it is written, the node
+		// stays cordoned and the release names it (CordonLeft).
+		rec := l.DeepCopy()
+		plan.RecordOwnCordon(rec)
+		if err := r.client.Update(ctx, rec); err != nil {
+			return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
+		}
+		r.writes.wrote(pool, kindLease, rec)
 	}
 	if c.DrainTimeout > 0 && r.drains.startOnce(pool, c.Node, g.ID, c.DrainTimeout) {
 		log.V(1).Info("drain started", "node", c.Node, "grant", g.ID.String(), "timeout", c.DrainTimeout.String())

@@ -61,13 +61,12 @@ func New(client kubernetes.Interface, log logr.Logger) *Drainer {
 
 // Cordon marks node unschedulable and, in the same conditional update,
 // annotates it with mark (lease.NodeAnnotationCordonedFor: the grant it is
-// cordoned for). wasCordoned reports that someone else had already cordoned
-// it (then nothing is written), so the caller can restore exactly that
-// state. A Node already cordoned with this very mark was cordoned by the
-// caller before (wasCordoned false): a coordinator that stopped between
-// cordoning and recording it finds its own cordon. The write is conditional
-// on the Node's resourceVersion, so a cordon by someone else between the
-// read and the write is seen, not claimed.
+// cordoned for). wasCordoned reports that the Node was already cordoned
+// (then nothing is written), whoever did it and whatever mark it carries:
+// only a cordon this very call made is the caller's, because anyone who may
+// write the Node's annotations can copy a mark (amendment 21). The write is
+// conditional on the Node's resourceVersion, so a cordon by someone else
+// between the read and the write is seen, not claimed.
 //
 // written is the Node as the API server returned it after the write (nil
 // when nothing was written), so the caller can wait for its cache to show it.
@@ -105,7 +104,7 @@ func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, 
 		_, marked := n.Annotations[lease.NodeAnnotationCordonedFor]
 		if n.Spec.Unschedulable == want {
 			if already != nil {
-				*already = n.Annotations[lease.NodeAnnotationCordonedFor] != mark || mark == ""
+				*already = true
 			}
 			if want || !marked {
 				return nil, nil

@@ -261,7 +261,7 @@ func TestCordonReportsPriorStateAndUncordonRestores(t *testing.T) {
 	}{
 		{"schedulable node: we cordon it, marked for the grant", "cordon-free", mark, false},
 		{"cordoned by someone else: reported, left as is", "cordon-taken", mark, true},
-		{"cordoned for this grant already: ours (a retry after a crash)", "cordon-free", mark, false},
+		{"cordoned for this grant already: not made by this call, so not claimed (a mark can be copied)", "cordon-free", mark, true},
 		{"cordoned for another grant: not this grant's cordon", "cordon-free", other, true},
 	}
 	for _, tc := range cases {

@@ -145,3 +145,14 @@ func clearGrant(l *coordinationv1.Lease) {
 		delete(l.Annotations, a)
 	}
 }
+
+// RecordOwnCordon marks reboot grant l (as read or just written) as having
+// cordoned its node: the controller calls it, and writes l back with one
+// Update, right after its own cordon call made the cordon. It is the only
+// proof of cordon ownership (amendment 21).
+func RecordOwnCordon(l *coordinationv1.Lease) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[lease.AnnotationCordonedByUs] = "true"
+}

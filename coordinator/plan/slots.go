@@ -28,9 +28,11 @@ func (p *planner) held(s Slot) {
 	g := s.Grant
 	n, exists := p.nodes[g.Holder]
 	reboot := s.Kind == lease.KindReboot
-	// Ours: the grant records our cordon, or the Node carries our mark (we
-	// stopped between cordoning and recording it).
-	uncordon := reboot && exists && (s.CordonedByUs || (n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID)))
+	// Ours only when the grant records it: the controller writes the
+	// record right after its own cordon call made the cordon. The Node's
+	// cordoned-for mark is never proof: anyone who may write the Node's
+	// annotations, its own kubelet included, can copy it (amendment 21).
+	uncordon := reboot && exists && s.CordonedByUs
 	stop := func() {
 		if reboot {
 			p.out.StopDrains = append(p.out.StopDrains, g.Holder)
@@ -79,6 +81,10 @@ func (p *planner) held(s Slot) {
 			}
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
 			p.nodeEvent(n.Name, "Normal", EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
+			if !uncordon && n.Unschedulable && n.CordonedFor == lease.CordonMark(g.ID) {
+				p.nodeEvent(n.Name, "Warning", EventCordonLeft, "node %s stays cordoned: it carries the mark %s=%s of slot %s, but the grant does not record that the coordinator's own cordon call made the cordon (the coordinator stopped between the two, or someone else wrote the mark); uncordon it if nobody else cordoned it",
+					n.Name, lease.NodeAnnotationCordonedFor, n.CordonedFor, s.Name)
+			}
 			delete(p.failedSlot, g.Holder)
 		case unusedInEarlierBoot(n, st, g):
 			// The node went down some other way (power loss, a person)
@@ -139,10 +145,8 @@ func (p *planner) held(s Slot) {
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon, DrainTimeout: p.b.DrainTimeout})
 	case hasDrain && d.State == DrainDone:
-		// One write moves the grant on and records whose cordon it is: the
-		// grant's record, or our mark on the Node (set by the cordon call).
-		ours := s.CordonedByUs || (n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(g.ID))
-		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: ours})
+		// The advance keeps the grant's record of whose cordon it is.
+		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: s.CordonedByUs})
 		p.nodeEvent(n.Name, "Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
 	case hasDrain && d.State == DrainRunning:
 		if d.Message != "" {

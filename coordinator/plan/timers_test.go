@@ -149,15 +149,15 @@ func TestCordonOwnershipComesFromTheCordonCall(t *testing.T) {
 			t.Fatalf("release %+v lifted the admin's cordon (unschedulable now %v)", rel, w.nodes["node-00"].Unschedulable)
 		}
 	})
-	t.Run("a cordon not yet recorded on the grant is found by the Node's mark", func(t *testing.T) {
+	t.Run("our cordon, recorded right after the cordon call, survives a restart mid-drain", func(t *testing.T) {
 		w := stagedWorld(2, 1)
 		w.step()
 		s, _ := w.grantOf("node-00", lease.KindReboot)
-		if s.CordonedByUs || w.nodes["node-00"].CordonedFor != lease.CordonMark(s.Grant.ID) {
+		if !s.CordonedByUs || w.nodes["node-00"].CordonedFor != lease.CordonMark(s.Grant.ID) {
 			t.Fatalf("after the grant: recorded %v, Node mark %q", s.CordonedByUs, w.nodes["node-00"].CordonedFor)
 		}
 		// The coordinator stops mid-drain: the next one drains again, and
-		// the advance records the cordon the mark shows as ours.
+		// the advance keeps the record.
 		delete(w.drains, "node-00")
 		out := w.step()
 		if len(out.StartDrains) != 1 || len(out.Changes) != 0 {
@@ -166,7 +166,7 @@ func TestCordonOwnershipComesFromTheCordonCall(t *testing.T) {
 		w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
 		w.step()
 		if s, _ := w.grantOf("node-00", lease.KindReboot); s.Grant.Phase != lease.PhaseReboot || !s.CordonedByUs {
-			t.Fatalf("the advance did not record our cordon: %+v", s)
+			t.Fatalf("the advance did not keep our cordon's record: %+v", s)
 		}
 		// And a release restores it.
 		w.reboot("node-00")
@@ -176,7 +176,23 @@ func TestCordonOwnershipComesFromTheCordonCall(t *testing.T) {
 			t.Fatalf("release %+v did not uncordon our cordon", rel)
 		}
 	})
-	t.Run("a revoke before the advance lifts our cordon by the Node's mark", func(t *testing.T) {
+	t.Run("a mark the grant does not record is left, and named", func(t *testing.T) {
+		// The coordinator stopped between its cordon call and the record.
+		w := stagedWorld(2, 1)
+		w.step()
+		s, _ := w.grantOf("node-00", lease.KindReboot)
+		w.leases[s.Name].Annotations[lease.AnnotationCordonedByUs] = "false"
+		w.step()
+		w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
+		w.step()
+		w.reboot("node-00")
+		w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseIdle)
+		out := w.step()
+		if rel := changes(out, OpRelease, lease.KindReboot); len(rel) != 1 || rel[0].Uncordon || !hasEvent(out, EventCordonLeft, "node-00") {
+			t.Fatalf("release %+v, events %+v: want the node left cordoned and named", rel, out.Events)
+		}
+	})
+	t.Run("a revoke before the advance lifts our recorded cordon", func(t *testing.T) {
 		w := stagedWorld(2, 1)
 		w.step()
 		w.nodes["node-00"].InPool = false

@@ -197,8 +197,8 @@ type SlotChange struct {
 	Image           imageref.Pinned
 	BootID          string
 	SoftRebootCount uint32
-	// CordonedByUs is what OpAdvance records: the grant's own record or our
-	// mark on the Node (the cordon call's result, never a cached guess).
+	// CordonedByUs is what OpAdvance records: the grant's own record (the
+	// cordon call's result, never a cached guess nor the Node's mark).
 	CordonedByUs bool
 	// DrainTimeout: a reboot grant (or OpCordon) drains its node once the
 	// cordon is made, for at most this long.
@@ -292,6 +292,9 @@ const (
 	EventSlotMalformed  = "SlotMalformed"
 	EventRolloutDone    = "RolloutComplete"
 	EventCordonRestored = "CordonRestored"
+	// EventCordonLeft: a node is left cordoned at release because only the
+	// Node's mark, not the grant, says the cordon was the coordinator's.
+	EventCordonLeft = "CordonLeft"
 	// EventStagedNotVerified: a reboot grant in phase Reboot was revoked
 	// because its node's stage is not verified and signed images are now
 	// required (amendment 21).

@@ -219,7 +219,9 @@ func (w *world) apply(out Output) {
 				continue
 			}
 			if !n.Unschedulable {
+				// The cordon call made the cordon: recorded on the grant.
 				n.Unschedulable, n.CordonedFor = true, lease.CordonMark(g.ID)
+				RecordOwnCordon(l)
 			}
 			if d, ok := w.drains[c.Node]; !ok || d.Grant != g.ID {
 				w.drains[c.Node] = Drain{Grant: g.ID, State: DrainRunning, Attempts: 1}
@@ -255,12 +257,12 @@ func (w *world) apply(out Output) {
 	w.pool.Status = out.Status
 }
 
-// cordonedByUs: node holds a reboot grant and the cordon is ours, by the
-// grant's record or by our mark on the Node.
+// cordonedByUs: node holds a reboot grant whose record says the cordon is
+// ours (the Node's mark alone never does).
 func (w *world) cordonedByUs(node string) bool {
 	s, held := w.grantOf(node, lease.KindReboot)
 	n := w.nodes[node]
-	return held && (s.CordonedByUs || (n != nil && n.CordonedFor != "" && n.CordonedFor == lease.CordonMark(s.Grant.ID)))
+	return held && s.CordonedByUs && n != nil
 }
 
 // step plans once and applies the result.
