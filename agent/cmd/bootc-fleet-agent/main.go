@@ -57,7 +57,6 @@ func (l listFlag) Set(v string) error { *l.vals = append(*l.vals, v); return nil
 // parse reads flags; BOOTC_FLEET_<FLAG> (dashes as underscores) sets a flag's
 // default, so the systemd unit's EnvironmentFile can configure the agent.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	hostname, _ := os.Hostname()
 	stateDir := "/var/lib/bootc-fleet"
 	if d := getenv("STATE_DIRECTORY"); d != "" {
 		stateDir = strings.Split(d, ":")[0]
@@ -66,7 +65,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs := flag.NewFlagSet("bootc-fleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig to reach the API server as this node (default: the kubelet's, see docs/agent.md)")
-	fs.StringVar(&o.nodeName, "node-name", strings.ToLower(hostname), "this node's name (its Node and BootcNode)")
+	fs.StringVar(&o.nodeName, "node-name", "", "this node's name (its Node and BootcNode; default: the identity of the kubeconfig's credential, system:node:<name>)")
 	fs.StringVar(&o.bootcPath, "bootc", "bootc", "bootc executable")
 	fs.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the current boot ID")
 	fs.StringVar(&o.stateDir, "state-dir", stateDir, "directory for the durable reboot record (default $STATE_DIRECTORY)")
@@ -122,7 +121,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	if o.showVersion {
 		return o, nil
 	}
-	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
+	if errs := validation.IsDNS1123Subdomain(o.nodeName); o.nodeName != "" && len(errs) > 0 {
 		return o, fmt.Errorf("--node-name %q is not a valid node name: %s", o.nodeName, strings.Join(errs, "; "))
 	}
 	if o.pollInterval < time.Second {
@@ -196,6 +195,10 @@ func start(ctx context.Context, o options, log *slog.Logger) error {
 	transport.CertCallbackRefreshDuration = certReloadInterval
 	rc := kc.Config
 	rc.UserAgent = "bootc-fleet-agent/" + version
+	node, err := nodeName(ctx, o.nodeName, kc, log)
+	if err != nil {
+		return err
+	}
 	sd, err := host.DialSystemd(ctx)
 	if err != nil {
 		return fmt.Errorf("connecting to systemd over D-Bus: %w", err)
@@ -206,7 +209,7 @@ func start(ctx context.Context, o options, log *slog.Logger) error {
 		return fmt.Errorf("watching %v: %w", o.watchPaths, err)
 	}
 	cfg := agent.Config{
-		NodeName:      o.nodeName,
+		NodeName:      node,
 		RESTConfig:    rc,
 		StateDir:      o.stateDir,
 		PollInterval:  o.pollInterval,
@@ -222,6 +225,41 @@ func start(ctx context.Context, o options, log *slog.Logger) error {
 		Changes:  changes,
 	}
 	return agent.Run(ctx, cfg, deps)
+}
+
+// nodeName is --node-name, or else the identity of the kubeconfig's
+// credential: the client certificate's common name (the kubelet's is
+// system:node:<name>), or, for a credential without one, what the API
+// server says it is (SelfSubjectReview). A --node-name that differs from a
+// node credential's identity is refused here, at startup, rather than by
+// the API server on every write.
+func nodeName(ctx context.Context, given string, kc kubeconfig.Choice, log *slog.Logger) (string, error) {
+	user, err := kubeconfig.CertificateUser(kc.Config)
+	from := "the client certificate of " + kc.Path
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", kc.Path, err)
+	}
+	if user == "" {
+		from = "the API server's SelfSubjectReview of " + kc.Path
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		user, err = kubeconfig.ServerUser(rctx, kc.Config)
+		cancel()
+		if err != nil && given == "" {
+			return "", fmt.Errorf("cannot tell this node's name from %s (%w); pass --node-name", kc.Path, err)
+		}
+		if err != nil {
+			log.Warn("cannot check --node-name against the credential's identity", "err", err)
+		}
+	}
+	node, err := kubeconfig.NodeName(given, user, from)
+	if err != nil {
+		return "", err
+	}
+	if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+		return "", fmt.Errorf("node name %q (from %s) is not a valid node name: %s", node, from, strings.Join(errs, "; "))
+	}
+	log.Info("node name", "node", node, "given", given != "", "credential", user)
+	return node, nil
 }
 
 // machine joins the boot ID file and systemd into agent.Host.

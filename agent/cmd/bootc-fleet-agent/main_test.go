@@ -35,6 +35,8 @@ func TestParse(t *testing.T) {
 		{"kubeconfig flag beats the environment", []string{"--node-name", "n1", "--kubeconfig", "/etc/kc2"}, map[string]string{"BOOTC_FLEET_KUBECONFIG": "/etc/kc"},
 			func(o options) bool { return o.kubeconfig == "/etc/kc2" && o.kubeFrom == "--kubeconfig" }, false},
 		{"invalid node name", []string{"--node-name", "Bad_Name"}, nil, nil, true},
+		// Not the hostname: the credential's identity decides (start).
+		{"no node name: left to the credential", nil, nil, func(o options) bool { return o.nodeName == "" }, false},
 		{"invalid environment value", []string{"--node-name", "n1"}, map[string]string{"BOOTC_FLEET_POLL_INTERVAL": "soon"}, nil, true},
 		{"poll interval too short", []string{"--node-name", "n1", "--poll-interval", "1ms"}, nil, nil, true},
 		{"stray argument", []string{"--node-name", "n1", "extra"}, nil, nil, true},
