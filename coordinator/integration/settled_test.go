@@ -2,14 +2,18 @@ package integration
 
 import (
 	"context"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
@@ -34,7 +38,33 @@ func TestSettledPoolWithMultibyteTextWritesNothing(t *testing.T) {
 	}
 	// 60 two-byte runes: 120 bytes, cut at 100 in the middle of one.
 	patchNode(held, `{"metadata":{"annotations":{"`+fleetv1.AnnotationHold+`":"`+strings.Repeat("ß", 60)+`"}}}`)
-	startCoordinator(t, "utf8", func(o *controller.Options) { o.RequeueInterval = 100 * time.Millisecond })
+	// Passes every 100 ms; the image is resolved (status.resolvedTime, a
+	// write of its own) only once in the test.
+	// Count the coordinator's write requests: the API server skips an
+	// update that changes nothing (the resourceVersion stays), so only the
+	// requests show a pass that rewrites the same value again and again.
+	cfg := rest.CopyConfig(env.Config)
+	var (
+		mu       sync.Mutex
+		counting bool
+		wrote    []string
+	)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			switch req.Method {
+			case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+				mu.Lock()
+				if counting {
+					wrote = append(wrote, req.Method+" "+req.URL.Path)
+				}
+				mu.Unlock()
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startCoordinatorAs(t, cfg, "utf8", func(o *controller.Options) {
+		o.RequeueInterval, o.ResolveInterval, o.ResolveRetryInterval = 100*time.Millisecond, time.Hour, time.Hour
+	})
 	f.createPool(func(p *fleetv1.BootcNodePool) { p.Spec.Image = v1.String() })
 
 	// Every agent reports once; two are Degraded on the old image with a
@@ -103,9 +133,22 @@ func TestSettledPoolWithMultibyteTextWritesNothing(t *testing.T) {
 		return out
 	}
 	before := versions()
+	poolBefore := f.getPool().Status
+	mu.Lock()
+	counting = true
+	mu.Unlock()
 	// At a requeue interval of 100 ms, ten seconds are dozens of passes.
 	time.Sleep(10 * time.Second)
 	after := versions()
+	mu.Lock()
+	counting = false
+	if len(wrote) > 0 {
+		t.Errorf("a settled pool made %d write request(s) in 10 s, e.g. %v", len(wrote), wrote[:min(len(wrote), 5)])
+	}
+	mu.Unlock()
+	if a := f.getPool().Status; !equality.Semantic.DeepEqual(a, poolBefore) {
+		t.Logf("pool status before: %+v\nafter: %+v", poolBefore, a)
+	}
 	for k, v := range before {
 		if after[k] != v {
 			t.Errorf("%s was written by a settled pool (resourceVersion %s -> %s)", k, v, after[k])
@@ -119,3 +162,7 @@ func TestSettledPoolWithMultibyteTextWritesNothing(t *testing.T) {
 		t.Fatalf("rollout reason not cut at a rune boundary: %q", r)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

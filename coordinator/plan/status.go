@@ -31,7 +31,11 @@ func (p *planner) status() {
 		st.TargetImage = p.target.String()
 	}
 	if !p.in.ResolvedAt.IsZero() {
-		st.ResolvedTime = &metav1.Time{Time: p.in.ResolvedAt}
+		// As stored: metav1.Time keeps whole seconds, so a time with a
+		// fraction would never equal the value read back, and the status
+		// would be rewritten on every pass.
+		t := metav1.NewTime(p.in.ResolvedAt).Rfc3339Copy()
+		st.ResolvedTime = &t
 	}
 
 	holds := p.holdsAfter()

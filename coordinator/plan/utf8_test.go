@@ -67,3 +67,18 @@ func TestMultibyteTextSettles(t *testing.T) {
 		w.now = w.now.Add(time.Second)
 	}
 }
+
+// status.resolvedTime is computed as the API server stores it (whole
+// seconds), so a settled pool's status equals what was read back.
+func TestResolvedTimeIsStoredAsComputed(t *testing.T) {
+	w := settled(2, 1, 1)
+	in := w.input()
+	in.ResolvedAt = t0.Add(1234567 * time.Microsecond)
+	out := Plan(in)
+	w.pool.Status = out.Status
+	roundTrip(t, w.pool)
+	in.Pool = w.pool.DeepCopy()
+	if again := Plan(in); !equality.Semantic.DeepEqual(again.Status, w.pool.Status) {
+		t.Fatalf("resolvedTime computed %v, stored %v", again.Status.ResolvedTime, w.pool.Status.ResolvedTime)
+	}
+}
