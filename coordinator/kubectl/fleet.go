@@ -152,6 +152,9 @@ func (v *poolView) holder(s plan.Slot) SlotHolder {
 		h.Phase, since = "Failed", g.Renewed
 	case !s.BackSince.IsZero():
 		h.Phase, since = "Verifying", s.BackSince
+	case s.CameBack:
+		// Came back, fell over since: waiting to be back for minReadySeconds.
+		h.Phase, since = "Verifying", g.Renewed
 	default:
 		h.Phase, since = "Rebooting", g.Renewed
 	}
