@@ -250,6 +250,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		statusWritten: map[string]time.Time{},
 		statusDue:     map[string]time.Duration{},
 		seen:          newHeartbeats(),
+		stages:        newStageTimers(),
 	}
 	if err := r.setup(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)

@@ -42,6 +42,7 @@ type poolReconciler struct {
 	drains     *drainTracker
 	targets    *targetCache
 	seen       *heartbeats
+	stages     *stageTimers
 	opts       Options
 	log        logr.Logger
 
@@ -163,6 +164,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			// Slot Leases and BootcNodes carry an ownerReference to the pool
 			// and go with it.
 			r.targets.forget(req.Name)
+			r.stages.forget(req.Name)
 			r.writes.forget(req.Name)
 			r.mu.Lock()
 			delete(r.statusWritten, req.Name)
@@ -191,11 +193,13 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
 	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
 	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
+	in.GrantsSeen, in.UngrantedStagingSince = r.stages.observe(req.Name, in.Slots, now)
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
 	}
 	observed := time.Now()
 	out := plan.Plan(in)
+	r.stages.sawUngranted(req.Name, out.StagingWithoutGrant, now)
 
 	planned := time.Now()
 	applied, err := r.apply(ctx, log, &pool, w, in, out)

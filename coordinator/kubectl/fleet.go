@@ -253,7 +253,7 @@ func (v *poolView) queue(k lease.Kind) []string {
 
 func (v *poolView) lastStageFailed(name string) bool {
 	bn := v.bns[name]
-	return bn != nil && bn.Status.Reason == fleetv1.ReasonStageFailed
+	return bn != nil && plan.LastStageFailed(bn.Status.Reason)
 }
 
 // Queue is a node's place in the queue for a slot.

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -101,10 +102,22 @@ func (p *planner) waitingForStage(st *fleetv1.BootcNodeStatus) (string, string) 
 		return fleetv1.RolloutBlocked, "the rollout is paused (spec.rollout.paused)"
 	case !p.stageGrantsAllowed():
 		return fleetv1.RolloutBlocked, p.win.describe() + " (stageOnlyInWindow)"
-	case st.Reason == fleetv1.ReasonStageFailed:
+	case LastStageFailed(st.Reason):
 		return s, truncate("its last stage failed; it waits behind the other nodes for a stage slot: "+st.Message, fleetv1.MaxRolloutReason)
 	}
-	return s, fmt.Sprintf("waiting for a stage slot: maxStaging %d", p.b.MaxStaging)
+	msg := fmt.Sprintf("waiting for a stage slot: maxStaging %d", p.b.MaxStaging)
+	if c := p.staging.counted; len(c) > 0 {
+		names := make([]string, 0, len(c))
+		for n := range c {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		msg += fmt.Sprintf(", counting %s, staging without a stage grant", joinMax(names, 5))
+	}
+	if l := p.staging.lapsedNames(); len(l) > 0 {
+		msg += fmt.Sprintf("; %s reports Staging without a grant beyond stageTimeout and is not counted", joinMax(l, 5))
+	}
+	return s, truncate(msg, fleetv1.MaxRolloutReason)
 }
 
 // shortImage keeps repository and a short digest: enough to tell images apart.
