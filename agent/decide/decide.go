@@ -127,14 +127,6 @@ func (f *StageFailure) exhausted(id lease.ID) bool {
 	return f != nil && f.Grant == id && (f.Attempts >= lease.MaxStageAttempts || f.TimedOut)
 }
 
-// outcome says how the last stage ended, for messages.
-func (f *StageFailure) outcome() string {
-	if f.TimedOut {
-		return "timed out"
-	}
-	return "failed"
-}
-
 // reason is the reason reported for the failure: StageTimedOut or StageFailed.
 func (f *StageFailure) reason() string {
 	if f.TimedOut {
@@ -522,8 +514,11 @@ func stageOrWait(o Observation) Action {
 		if f != nil {
 			// Reported as StageFailed while waiting, so the coordinator puts
 			// this node behind the others in its queue.
-			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(),
-				Message: f.prefix() + fmt.Sprintf("waiting for a stage slot for %s; the last stage %s (%d attempts under %s): %s", short(img), f.outcome(), f.Attempts, f.Grant, f.Message)}
+			msg := fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)
+			if f.TimedOut {
+				msg = fmt.Sprintf("waiting for a stage slot for %s; the last stage, under %s, timed out: %s", short(img), f.Grant, f.Message)
+			}
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}
 		}
 		if _, ok := awaitingFirstHeartbeat(o, lease.ActionStage, img); ok && f == nil {
 			// The report of this decision lists the new grant (Claims); once
@@ -541,8 +536,11 @@ func stageOrWait(o Observation) Action {
 		return cancel(o, "the desired image changed to "+short(img))
 	}
 	if f.exhausted(g.ID) {
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(),
-			Message: f.prefix() + fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last %s: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.outcome(), f.Message)}
+		msg := fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)
+		if f.TimedOut {
+			msg = fmt.Sprintf("gave up staging %s under %s: %s; letting the slot go to the next node", short(img), g.ID, f.Message)
+		}
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}
 	}
 	// A new grant starts with fresh attempts and no delay: other nodes had
 	// their turn in between.
