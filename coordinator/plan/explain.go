@@ -67,6 +67,10 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 		return fleetv1.RolloutUnknown, "its desired image is being set"
 	case p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly:
 		return p.waitingForReboot(n)
+	case p.staging.counted[name]:
+		return fleetv1.RolloutStaging, "its agent reports Staging without a stage grant; counted against maxStaging until it reports that it stopped (amendment 7), for at most stageTimeout plus a lease duration"
+	case p.staging.lapsed[name]:
+		return fleetv1.RolloutBlocked, "its agent has reported Staging without a stage grant for longer than stageTimeout plus a lease duration; no longer counted against maxStaging, and no stage slot while it reports so (amendment 20)"
 	default:
 		return p.waitingForStage(st)
 	}

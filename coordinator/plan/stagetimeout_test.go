@@ -152,6 +152,9 @@ func TestStagingWithoutAGrantLapses(t *testing.T) {
 	}
 	first := w.now
 	w.step() // BootcNodes carry the explanations of the pass before
+	if s, r := w.bns["node-00"].Annotations[fleetv1.AnnotationRolloutState], w.bns["node-00"].Annotations[fleetv1.AnnotationRolloutReason]; s != fleetv1.RolloutStaging || !strings.Contains(r, "without a stage grant") {
+		t.Fatalf("node-00's rollout state %q, reason %q: want Staging, saying it has no grant", s, r)
+	}
 	for _, n := range []string{"node-01", "node-02"} {
 		if r := w.bns[n].Annotations[fleetv1.AnnotationRolloutReason]; !strings.Contains(r, "node-00") || !strings.Contains(r, "without a stage grant") {
 			t.Fatalf("%s's explanation does not name node-00: %q", n, r)
@@ -173,6 +176,10 @@ func TestStagingWithoutAGrantLapses(t *testing.T) {
 	out = w.step()
 	if g := changes(out, OpGrant, lease.KindStage); len(g) != 1 || g[0].Node != "node-01" {
 		t.Fatalf("stage slot went to %v, want node-01 once node-00's share lapsed", nodesOf(g))
+	}
+	w.step() // the BootcNodes carry this pass's explanations
+	if s := w.bns["node-00"].Annotations[fleetv1.AnnotationRolloutState]; s != fleetv1.RolloutBlocked {
+		t.Fatalf("node-00's rollout-state = %q, want %s (its share lapsed)", s, fleetv1.RolloutBlocked)
 	}
 	c := cond(out, fleetv1.PoolAgentsReporting)
 	if c.Status != metav1.ConditionFalse || c.Reason != fleetv1.ReasonStagingWithoutGrant || !strings.Contains(c.Message, "node-00") {
