@@ -41,6 +41,10 @@ type stageRun struct {
 	grant  lease.ID
 	cancel context.CancelFunc
 	done   chan error
+	// started (the agent's clock) and timeout bound the stage (amendment
+	// 19): the grant's stage timeout when it started.
+	started time.Time
+	timeout time.Duration
 }
 
 type runner struct {
@@ -295,6 +299,10 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	}
 	r.explain(act)
 	again, next = r.carryOut(ctx, obs, act)
+	if s := r.stage; s != nil && s.timeout > 0 {
+		// Wake for the stage's deadline (amendment 19), however long the poll.
+		next = min(next, max(s.started.Add(s.timeout).Sub(r.now()), 0))
+	}
 	if act.Kind == decide.ClearRecord && again {
 		// Bookkeeping done; the round that follows at once reports the
 		// state after it (one status write, not two).
@@ -409,6 +417,7 @@ func (r *runner) observe(ctx context.Context) (decide.Observation, bootc.Status,
 	if r.stage != nil {
 		img := r.stage.image
 		o.InFlight = &img
+		o.InFlightStarted, o.InFlightTimeout = r.stage.started, r.stage.timeout
 	}
 	o.LastStageFailure = r.stageFail
 	return o, st, stErr == nil
@@ -507,7 +516,11 @@ func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Ac
 			return true, r.cfg.RereadInterval
 		}
 	case decide.CancelStage:
+		s := r.stage
 		r.cancelStage(ctx)
+		if a.TimedOut && s != nil {
+			r.stageTimedOut(s)
+		}
 		return true, next
 	case decide.ClearRecord:
 		return r.clearRecord(o, a), next

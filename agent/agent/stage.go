@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
@@ -22,8 +23,12 @@ func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.
 		return false // Decide checked it; kept as a guard
 	}
 	caps := r.probe.caps
+	if g.StageTimeoutProblem != "" {
+		r.log.Warn("the stage grant's timeout is unusable; bounding the stage by the default", "grant", g.ID.String(),
+			"problem", g.StageTimeoutProblem, "stageTimeout", g.StageTimeout.String())
+	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1)}
+	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1), started: r.now(), timeout: g.StageTimeout}
 	r.stage = s
 	opts := bootc.StageOptions{EnforceSignatures: a.Enforce}
 	go func() { s.done <- r.deps.Bootc.Stage(sctx, a.Image, caps, opts) }()
@@ -69,6 +74,21 @@ func (r *runner) stageFinished(err error) {
 	}
 	r.stageFail, r.stageDelay = nil, 0
 	r.log.Info("stage finished", "image", s.image.String())
+}
+
+// stageTimedOut counts a stage cancelled at its timeout (amendment 19) as a
+// failed stage that lets go of its grant (decide.StageFailure.TimedOut): the
+// next round reports StageTimedOut and lists the grant as released.
+func (r *runner) stageTimedOut(s *stageRun) {
+	attempts := 1
+	if f := r.stageFail; f != nil && f.Grant == s.grant && f.Image == s.image {
+		attempts = f.Attempts + 1
+	}
+	r.stageFail = &decide.StageFailure{Image: s.image, Grant: s.grant, Attempts: attempts, TimedOut: true, RetryAt: r.now(),
+		Message: fmt.Sprintf("the stage did not finish within the stage timeout of %s", s.timeout)}
+	r.stageDelay = 0
+	r.log.Error("stage timed out; cancelled it and letting go of the grant", "image", s.image.String(), "grant", s.grant.String(),
+		"stageTimeout", s.timeout.String(), "attempt", attempts)
 }
 
 // cancelStage stops the in-flight stage and waits for the bootc process to

@@ -67,7 +67,7 @@ func Claims(o Observation, a Action) []Claim {
 				continue
 			}
 		case o.LastStageFailure.exhausted(g.ID):
-			c.Released = fleetv1.ReasonStageFailed
+			c.Released = o.LastStageFailure.reason()
 		case a.Phase == fleetv1.PhaseDegraded && releasesStage(a.Reason):
 			c.Released = a.Reason
 		}

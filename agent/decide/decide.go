@@ -103,6 +103,11 @@ type StageFailure struct {
 	Attempts int
 	Message  string
 	RetryAt  time.Time
+	// TimedOut: the stage ran past the grant's stage timeout and was
+	// cancelled (amendment 19). Such a grant is not tried again: the
+	// coordinator bounds the whole grant by the same timeout (plus a
+	// margin), so another attempt under it could not get its full time.
+	TimedOut bool
 	// Class is fleetv1.ReasonRegistryUnauthorized when the registry
 	// refused bootc's credentials, else "".
 	Class string
@@ -119,7 +124,15 @@ type Rejection struct {
 
 // exhausted: the stage under grant id failed too often to try again.
 func (f *StageFailure) exhausted(id lease.ID) bool {
-	return f != nil && f.Grant == id && f.Attempts >= lease.MaxStageAttempts
+	return f != nil && f.Grant == id && (f.Attempts >= lease.MaxStageAttempts || f.TimedOut)
+}
+
+// reason is the reason reported for the failure: StageTimedOut or StageFailed.
+func (f *StageFailure) reason() string {
+	if f.TimedOut {
+		return fleetv1.ReasonStageTimedOut
+	}
+	return fleetv1.ReasonStageFailed
 }
 
 // Verdict is a Degraded result the agent keeps for the rest of a boot (for
@@ -179,6 +192,11 @@ type Observation struct {
 
 	// InFlight is the image of the stage running now, if any.
 	InFlight *imageref.Pinned
+	// InFlightStarted is when the in-flight stage started (the agent's
+	// clock), and InFlightTimeout the stage timeout of the grant it runs
+	// under (amendment 19; zero: unbounded).
+	InFlightStarted time.Time
+	InFlightTimeout time.Duration
 	// LastStageFailure is the most recent failed stage, if any.
 	LastStageFailure *StageFailure
 	// Verdict is a Degraded result kept for this boot, if any.
@@ -225,6 +243,10 @@ type Action struct {
 	Soft        bool            // ApplyAndReboot
 	WriteRecord bool            // ApplyAndReboot: first use of the grant
 	MarkSpent   bool            // ClearRecord: the record's grant was used by a reboot
+	// TimedOut (CancelStage): the stage ran past its timeout; the caller
+	// counts it as a failed stage that lets go of its grant
+	// (StageFailure.TimedOut).
+	TimedOut bool
 	// Keep asks the caller to keep this Degraded result as a Verdict for the
 	// rest of the boot (ClearRecord).
 	Keep bool
@@ -264,6 +286,9 @@ const (
 // (staged) and rule 5 (stage or wait).
 func Decide(o Observation) Action {
 	if a, ok := guardRecordUnreadable(o); ok {
+		return a
+	}
+	if a, ok := stageTimedOut(o); ok {
 		return a
 	}
 	if a, ok := guardStatus(o); ok {
@@ -306,6 +331,18 @@ func guardRecordUnreadable(o Observation) (Action, bool) {
 	}
 	return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRecordUnreadable,
 		Message: "the reboot record is unreadable (" + o.Record.Unreadable + "); no stage or reboot until a person removes it"}), true
+}
+
+// stageTimedOut: a stage that ran past its grant's stage timeout is
+// cancelled whatever else the observation says (amendment 19): a registry
+// that stalls or trickles a layer must not hold the stage slot forever.
+func stageTimedOut(o Observation) (Action, bool) {
+	if o.InFlight == nil || o.InFlightTimeout <= 0 || o.Now.Before(o.InFlightStarted.Add(o.InFlightTimeout)) {
+		return Action{}, false
+	}
+	a := cancel(o, fmt.Sprintf("it did not finish within the stage timeout of %s; letting the slot go to the next node", o.InFlightTimeout))
+	a.Reason, a.TimedOut = fleetv1.ReasonStageTimedOut, true
+	return a, true
 }
 
 // guardStatus: never act on a status that failed, or that was read in another
@@ -477,8 +514,11 @@ func stageOrWait(o Observation) Action {
 		if f != nil {
 			// Reported as StageFailed while waiting, so the coordinator puts
 			// this node behind the others in its queue.
-			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
-				Message: f.prefix() + fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)}
+			msg := fmt.Sprintf("waiting for a stage slot for %s; the last stage failed (%d attempts under %s): %s", short(img), f.Attempts, f.Grant, f.Message)
+			if f.TimedOut {
+				msg = fmt.Sprintf("waiting for a stage slot for %s; the last stage, under %s, timed out: %s", short(img), f.Grant, f.Message)
+			}
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}
 		}
 		if _, ok := awaitingFirstHeartbeat(o, lease.ActionStage, img); ok && f == nil {
 			// The report of this decision lists the new grant (Claims); once
@@ -496,8 +536,11 @@ func stageOrWait(o Observation) Action {
 		return cancel(o, "the desired image changed to "+short(img))
 	}
 	if f.exhausted(g.ID) {
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStageFailed,
-			Message: f.prefix() + fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)}
+		msg := fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)
+		if f.TimedOut {
+			msg = fmt.Sprintf("gave up staging %s under %s: %s; letting the slot go to the next node", short(img), g.ID, f.Message)
+		}
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}
 	}
 	// A new grant starts with fresh attempts and no delay: other nodes had
 	// their turn in between.

@@ -140,12 +140,17 @@ func genObservation(t *rapid.T) Observation {
 	if rapid.IntRange(0, 5).Draw(t, "inflight") == 0 {
 		p := img("inflight")
 		o.InFlight = &p
+		// Amendment 19: the stage's start and its grant's timeout.
+		o.InFlightTimeout = time.Duration(rapid.IntRange(0, 3).Draw(t, "inflight.timeoutMin")) * time.Minute
+		o.InFlightStarted = t0.Add(-time.Duration(rapid.IntRange(0, 300).Draw(t, "inflight.ageSec")) * time.Second)
 	}
+
 	if rapid.IntRange(0, 4).Draw(t, "verdict") == 0 {
 		o.Verdict = &Verdict{Boot: ident("verdict.boot"), Desired: img("verdict.desired"), Reason: fleetv1.ReasonBootedUnexpectedImage, Message: "v"}
 	}
 	if rapid.Bool().Draw(t, "stageFailure") {
-		o.LastStageFailure = &StageFailure{Image: img("sf.image"), Message: "x", RetryAt: t0.Add(time.Duration(rapid.IntRange(-60, 60).Draw(t, "sf.retry")) * time.Second)}
+		o.LastStageFailure = &StageFailure{Image: img("sf.image"), Message: "x", RetryAt: t0.Add(time.Duration(rapid.IntRange(-60, 60).Draw(t, "sf.retry")) * time.Second),
+			TimedOut: rapid.IntRange(0, 3).Draw(t, "sf.timedOut") == 0}
 	}
 	return o
 }
@@ -245,6 +250,16 @@ func TestDecideNeverActsWithoutGrantOrOnStaleStatus(t *testing.T) {
 			if o.InFlight == nil || a.Image != *o.InFlight {
 				t.Fatalf("cancel of %s, in flight %v", a.Image, o.InFlight)
 			}
+		}
+		// A stage that ran past its timeout is always cancelled (the record
+		// guard cancels it too, as Degraded), and only such a stage is
+		// cancelled as timed out.
+		overdue := o.InFlight != nil && o.InFlightTimeout > 0 && !o.Now.Before(o.InFlightStarted.Add(o.InFlightTimeout))
+		if overdue && a.Kind != CancelStage {
+			t.Fatalf("stage in flight since %s past its %s timeout, but %s", o.InFlightStarted, o.InFlightTimeout, a)
+		}
+		if a.TimedOut != (overdue && o.Record.Unreadable == "") {
+			t.Fatalf("TimedOut = %v, overdue %v: %s", a.TimedOut, overdue, a)
 		}
 	})
 }

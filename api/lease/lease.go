@@ -57,6 +57,11 @@ const (
 	// when the slot was last released with its node verified back; the
 	// start of pauseBetweenBatches.
 	AnnotationReleasedAt = "fleet.bootc.dev/released-at"
+	// AnnotationStageTimeout (stage grants, coordinator only): the pool's
+	// spec.rollout.stageTimeout as a Go duration string; the agent cancels
+	// a stage under the grant that runs longer (amendment 19). Absent or
+	// invalid: DefaultStageTimeout, and the agent says so in its log.
+	AnnotationStageTimeout = "fleet.bootc.dev/stage-timeout"
 
 	// NodeAnnotationCordonedFor is written on the Node in the same update
 	// that cordons it, naming the grant (CordonMark) it was cordoned for. A
@@ -69,6 +74,34 @@ const (
 // grant before it lets go of the grant (GrantInUse.Released = StageFailed),
 // so the coordinator hands the slot to the next node.
 const MaxStageAttempts = 3
+
+// Stage timeouts (spec.rollout.stageTimeout, AnnotationStageTimeout): the
+// default and the bounds the CRD schema enforces.
+const (
+	DefaultStageTimeout = time.Hour
+	MinStageTimeout     = time.Minute
+	MaxStageTimeout     = 24 * time.Hour
+)
+
+// ParseStageTimeout reads an AnnotationStageTimeout value: a Go duration
+// from MinStageTimeout to MaxStageTimeout. Anything else is an error, and
+// the caller uses DefaultStageTimeout.
+func ParseStageTimeout(s string) (time.Duration, error) {
+	if len(s) > 32 {
+		return 0, fmt.Errorf("stage timeout %.32q… is too long", s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("stage timeout %q is not a duration: %w", s, err)
+	}
+	if d < MinStageTimeout || d > MaxStageTimeout {
+		return 0, fmt.Errorf("stage timeout %q is not from %s to %s", s, MinStageTimeout, MaxStageTimeout)
+	}
+	return d, nil
+}
+
+// FormatStageTimeout is the AnnotationStageTimeout value of d.
+func FormatStageTimeout(d time.Duration) string { return d.String() }
 
 // HeartbeatsPerLease is how many status reports an agent sends per lease
 // duration while it holds a grant; the coordinator expires a stage grant
@@ -173,10 +206,17 @@ type Grant struct {
 	SoftRebootCount uint32
 	Phase           Phase  // reboot slots only
 	Failure         string // set by the coordinator when the node did not come back
-	Acquired        time.Time
-	Renewed         time.Time
-	Duration        time.Duration
-	Namespace       string
+	// StageTimeout (stage grants) bounds one stage under the grant: the
+	// valid AnnotationStageTimeout, or DefaultStageTimeout when it is
+	// absent or invalid (StageTimeoutProblem then says which). An invalid
+	// value never makes the grant malformed: the bound is a safety net,
+	// not part of what the grant allows.
+	StageTimeout        time.Duration
+	StageTimeoutProblem string
+	Acquired            time.Time
+	Renewed             time.Time
+	Duration            time.Duration
+	Namespace           string
 }
 
 // ValidBootID reports whether s looks like /proc/sys/kernel/random/boot_id:
@@ -275,20 +315,34 @@ func Parse(l *coordinationv1.Lease) (Grant, error) {
 	if failure != "" && !reasonRE.MatchString(failure) {
 		return bad("annotation %s=%q is not a CamelCase reason", AnnotationFailure, failure)
 	}
+	var stageTimeout time.Duration
+	var stageTimeoutProblem string
+	if kind == KindStage {
+		stageTimeout = DefaultStageTimeout
+		if v, ok := l.Annotations[AnnotationStageTimeout]; !ok {
+			stageTimeoutProblem = "annotation " + AnnotationStageTimeout + " is absent"
+		} else if d, err := ParseStageTimeout(v); err != nil {
+			stageTimeoutProblem = "annotation " + AnnotationStageTimeout + ": " + err.Error()
+		} else {
+			stageTimeout = d
+		}
+	}
 	return Grant{
-		ID:              ID{Lease: l.Name, UID: l.UID, Transitions: transitions},
-		Pool:            pool,
-		Kind:            kind,
-		Holder:          holder,
-		Image:           img,
-		BootID:          bootID,
-		SoftRebootCount: softCount,
-		Phase:           phase,
-		Failure:         failure,
-		Acquired:        l.Spec.AcquireTime.Time,
-		Renewed:         l.Spec.RenewTime.Time,
-		Duration:        time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
-		Namespace:       l.Namespace,
+		StageTimeout:        stageTimeout,
+		StageTimeoutProblem: stageTimeoutProblem,
+		ID:                  ID{Lease: l.Name, UID: l.UID, Transitions: transitions},
+		Pool:                pool,
+		Kind:                kind,
+		Holder:              holder,
+		Image:               img,
+		BootID:              bootID,
+		SoftRebootCount:     softCount,
+		Phase:               phase,
+		Failure:             failure,
+		Acquired:            l.Spec.AcquireTime.Time,
+		Renewed:             l.Spec.RenewTime.Time,
+		Duration:            time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
+		Namespace:           l.Namespace,
 	}, nil
 }
 

@@ -224,3 +224,47 @@ func mustParse(t *testing.T, l *coordinationv1.Lease) Grant {
 	}
 	return g
 }
+
+// A stage grant carries the pool's stageTimeout (amendment 19); a missing or
+// invalid value never makes the grant malformed, it means the default and
+// says why.
+func TestParseStageTimeout(t *testing.T) {
+	cases := []struct {
+		name    string
+		value   *string
+		want    time.Duration
+		problem bool
+	}{
+		{"absent", nil, DefaultStageTimeout, true},
+		{"valid", ptr.To("90m0s"), 90 * time.Minute, false},
+		{"lower bound", ptr.To("1m"), time.Minute, false},
+		{"upper bound", ptr.To("24h"), 24 * time.Hour, false},
+		{"too short", ptr.To("59s"), DefaultStageTimeout, true},
+		{"too long", ptr.To("24h0m1s"), DefaultStageTimeout, true},
+		{"negative", ptr.To("-1h"), DefaultStageTimeout, true},
+		{"garbage", ptr.To("1h; reboot"), DefaultStageTimeout, true},
+		{"empty", ptr.To(""), DefaultStageTimeout, true},
+		{"huge", ptr.To(strings.Repeat("9", 100) + "h"), DefaultStageTimeout, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := heldLease(KindStage, "")
+			if c.value != nil {
+				l.Annotations[AnnotationStageTimeout] = *c.value
+			}
+			g, err := Parse(l)
+			if err != nil {
+				t.Fatalf("Parse: %v (a stage timeout must never make a grant malformed)", err)
+			}
+			if g.StageTimeout != c.want || (g.StageTimeoutProblem != "") != c.problem {
+				t.Fatalf("StageTimeout = %s, problem %q; want %s, problem %v", g.StageTimeout, g.StageTimeoutProblem, c.want, c.problem)
+			}
+		})
+	}
+	if g, err := Parse(heldLease(KindReboot, PhaseReboot)); err != nil || g.StageTimeout != 0 || g.StageTimeoutProblem != "" {
+		t.Fatalf("a reboot grant has no stage timeout: %s %q %v", g.StageTimeout, g.StageTimeoutProblem, err)
+	}
+	if got, err := ParseStageTimeout(FormatStageTimeout(DefaultStageTimeout)); err != nil || got != DefaultStageTimeout {
+		t.Fatalf("round trip: %s %v", got, err)
+	}
+}

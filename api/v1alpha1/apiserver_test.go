@@ -107,6 +107,7 @@ func TestValidPoolGetsDefaults(t *testing.T) {
 		r.MaxStaging == nil || *r.MaxStaging != intstr.FromString("25%") ||
 		r.DrainTimeout == nil || r.DrainTimeout.Duration != 10*time.Minute ||
 		r.RebootTimeout == nil || r.RebootTimeout.Duration != 15*time.Minute ||
+		r.StageTimeout == nil || r.StageTimeout.Duration != time.Hour ||
 		r.HaltAfterFailures == nil || *r.HaltAfterFailures != 1 || r.Paused ||
 		got.Spec.RebootPolicy != fleetv1.RebootPolicyReboot {
 		t.Fatalf("defaults not applied: %+v policy=%q", r, got.Spec.RebootPolicy)
@@ -119,6 +120,8 @@ func TestValidRolloutValues(t *testing.T) {
 		"int-3":           func(r map[string]any) { r["maxUnavailable"] = 3 },
 		"pct-100":         func(r map[string]any) { r["maxUnavailable"] = "100%"; r["maxStaging"] = "1%" },
 		"durations":       func(r map[string]any) { r["drainTimeout"] = "90s"; r["rebootTimeout"] = "1h30m" },
+		"stage-min":       func(r map[string]any) { r["stageTimeout"] = "1m" },
+		"stage-max":       func(r map[string]any) { r["stageTimeout"] = "24h" },
 		"soft-and-paused": func(r map[string]any) { r["paused"] = true; r["haltAfterFailures"] = 3 },
 	}
 	for name, f := range cases {
@@ -160,6 +163,9 @@ func TestInvalidPoolsRejectedNamingTheField(t *testing.T) {
 		{"drainTimeout zero", func(o map[string]any) { rollout(o)["drainTimeout"] = "0s" }, "spec.rollout.drainTimeout"},
 		{"drainTimeout negative", func(o map[string]any) { rollout(o)["drainTimeout"] = "-5m" }, "spec.rollout.drainTimeout"},
 		{"rebootTimeout unparsable", func(o map[string]any) { rollout(o)["rebootTimeout"] = "thirty" }, "spec.rollout.rebootTimeout"},
+		{"stageTimeout below 1m", func(o map[string]any) { rollout(o)["stageTimeout"] = "59s" }, "spec.rollout.stageTimeout"},
+		{"stageTimeout above 24h", func(o map[string]any) { rollout(o)["stageTimeout"] = "24h1m" }, "spec.rollout.stageTimeout"},
+		{"stageTimeout unparsable", func(o map[string]any) { rollout(o)["stageTimeout"] = "an hour" }, "spec.rollout.stageTimeout"},
 		{"haltAfterFailures 0", func(o map[string]any) { rollout(o)["haltAfterFailures"] = 0 }, "spec.rollout.haltAfterFailures"},
 		{"unknown rebootPolicy", func(o map[string]any) { spec(o)["rebootPolicy"] = "Sometimes" }, "spec.rebootPolicy"},
 		{"imagePullSecret not a name", func(o map[string]any) { spec(o)["imagePullSecret"] = "../other/secret" }, "spec.imagePullSecret"},

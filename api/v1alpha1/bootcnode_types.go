@@ -68,6 +68,10 @@ const (
 	ReasonRecordUnreadable = "RecordUnreadable"
 	// ReasonStageFailed: bootc switch --download-only failed.
 	ReasonStageFailed = "StageFailed"
+	// ReasonStageTimedOut: a stage did not finish within the pool's
+	// stageTimeout (carried on the stage grant); the agent cancelled it and
+	// let go of the grant (docs/design.md, amendment 19).
+	ReasonStageTimedOut = "StageTimedOut"
 	// ReasonStagedDigestMismatch: the staged digest is not the granted one.
 	ReasonStagedDigestMismatch = "StagedDigestMismatch"
 	// ReasonInvalidDesiredImage: spec.desiredImage failed validation.

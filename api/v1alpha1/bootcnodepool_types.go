@@ -58,6 +58,17 @@ type RolloutSpec struct {
 	// +optional
 	RebootTimeout *metav1.Duration `json:"rebootTimeout,omitempty"`
 
+	// StageTimeout bounds one stage: the agent cancels a download that has
+	// not finished this long after it started and gives the slot on, and
+	// the coordinator revokes a stage grant held this long plus one lease
+	// duration (docs/design.md, amendment 19). From 1m to 24h.
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="must be a duration from 1m to 24h, e.g. 1h"
+	// +optional
+	StageTimeout *metav1.Duration `json:"stageTimeout,omitempty"`
+
 	// HaltAfterFailures halts the rollout (no new reboot grants) once this
 	// many nodes failed to come back on the target image.
 	// +kubebuilder:default=1
@@ -235,6 +246,10 @@ const (
 	ReasonAgentsReporting = "AgentsReporting"
 	ReasonAgentsQuiet     = "AgentsQuiet"
 	ReasonAgentsRefused   = "AgentRequestsRefused"
+	// ReasonStagingWithoutGrant (AgentsReporting): a node reported phase
+	// Staging without a stage grant for longer than stageTimeout plus a
+	// lease duration; its share of maxStaging lapsed (amendment 20).
+	ReasonStagingWithoutGrant = "StagingWithoutGrant"
 	// PlatformImages reasons.
 	ReasonSingleManifest   = "SingleManifest"
 	ReasonPlatformsMatched = "PlatformsMatched"

@@ -310,6 +310,11 @@ func (in *RolloutSpec) DeepCopyInto(out *RolloutSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.StageTimeout != nil {
+		in, out := &in.StageTimeout, &out.StageTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.HaltAfterFailures != nil {
 		in, out := &in.HaltAfterFailures, &out.HaltAfterFailures
 		*out = new(int32)

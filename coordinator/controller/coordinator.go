@@ -251,6 +251,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		statusDue:     map[string]time.Duration{},
 		seen:          newHeartbeats(),
 		slotClock:     newSlotClock(),
+		stages:        newStageTimers(),
 	}
 	if err := r.setup(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)

@@ -43,6 +43,7 @@ type poolReconciler struct {
 	targets    *targetCache
 	seen       *heartbeats
 	slotClock  *slotClock // timers of slot records on this process's clock
+	stages     *stageTimers
 	opts       Options
 	log        logr.Logger
 
@@ -164,6 +165,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			// Slot Leases and BootcNodes carry an ownerReference to the pool
 			// and go with it.
 			r.targets.forget(req.Name)
+			r.stages.forget(req.Name)
 			r.writes.forget(req.Name)
 			r.mu.Lock()
 			delete(r.statusWritten, req.Name)
@@ -196,11 +198,13 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
 	r.seen.forgetGone(w.bootcNodes)
 	r.slotClock.observe(pool.Name, in.Slots, now)
+	in.GrantsSeen, in.UngrantedStagingSince = r.stages.observe(req.Name, in.Slots, now)
 	if tgt.err == "" {
 		in.ResolvedAt = tgt.ok
 	}
 	observed := time.Now()
 	out := plan.Plan(in)
+	r.stages.sawUngranted(req.Name, out.StagingWithoutGrant, now)
 
 	planned := time.Now()
 	applied, err := r.apply(ctx, log, &pool, w, in, out)

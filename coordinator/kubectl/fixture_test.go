@@ -58,6 +58,7 @@ func seed(t *testing.T, c client.Client) {
 	f.pool("web", "web", 10, 1, 1, false, nil, []metav1.Condition{
 		cond(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut, "rolling out"),
 		cond(fleetv1.PoolNodeSelectorRestricted, metav1.ConditionFalse, fleetv1.ReasonSelfSettableLabels, "spec.nodeSelector keys on role, which a kubelet may set on its own Node"),
+		cond(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonStagingWithoutGrant, "1 node(s) hold staging capacity without a grant: node-j"),
 	})
 	f.pool("db", "db", 2, 0, 0, true, []fleetv1.MaintenanceWindow{{Days: []fleetv1.Weekday{"Saturday"}, Start: "02:00", Duration: metav1.Duration{Duration: 4 * time.Hour}, TimeZone: "Europe/Berlin"}},
 		[]metav1.Condition{
@@ -81,6 +82,8 @@ func seed(t *testing.T, c client.Client) {
 		{name: "node-h", pool: "web", ready: true, hold: &held, booted: oldDg, phase: fleetv1.PhaseWaiting, state: fleetv1.RolloutHeld, reason: "held out of the rollout by the Node annotation fleet.bootc.dev/hold (disk replacement); remove it to let the node update"},
 		{name: "node-i", pool: "web", ready: true, booted: oldDg, phase: fleetv1.PhaseWaiting, state: fleetv1.RolloutWaitingForStageSlot, reason: "waiting for a stage slot: maxStaging 1"},
 		{name: "db-1", pool: "db", ready: false, booted: oldDg, phase: fleetv1.PhaseRebooting, state: fleetv1.RolloutFailed, reason: "did not come back Ready on " + repo + "@sha256:222222222222… in a new boot within rebootTimeout (15m0s); reboot slot db-reboot-0 stays held until it does, or the Node is deleted"},
+		// Reports Staging without holding a stage slot (amendment 20).
+		{name: "node-j", pool: "web", ready: true, booted: oldDg, phase: fleetv1.PhaseStaging, state: fleetv1.RolloutStaging, reason: "its agent reports Staging without a stage grant"},
 	} {
 		f.node(i, n, target)
 	}

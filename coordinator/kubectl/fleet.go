@@ -218,6 +218,28 @@ func (v *poolView) held(name string) bool {
 	return ok
 }
 
+// stagingWithoutGrant: members whose agent reports phase Staging in the
+// Node's current boot while they hold no stage slot. The coordinator counts
+// each against maxStaging for a bound, then names it on the pool as
+// holding staging capacity without a grant (amendment 20).
+func (v *poolView) stagingWithoutGrant() []string {
+	var out []string
+	for _, m := range v.members {
+		bn, n := v.bns[m], v.nodes[m]
+		if bn == nil || n == nil || bn.Status.Phase != fleetv1.PhaseStaging || bn.Status.BootID != n.Status.NodeInfo.BootID {
+			continue
+		}
+		held := false
+		for _, s := range v.slots {
+			held = held || (s.Kind == lease.KindStage && s.State != plan.SlotFree && s.Holder == m)
+		}
+		if !held {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func (v *poolView) holdsReboot(name string) bool {
 	for _, s := range v.slots {
 		if s.Kind == lease.KindReboot && s.State != plan.SlotFree && s.Holder == name {
@@ -256,7 +278,7 @@ func (v *poolView) queue(k lease.Kind) []string {
 
 func (v *poolView) lastStageFailed(name string) bool {
 	bn := v.bns[name]
-	return bn != nil && bn.Status.Reason == fleetv1.ReasonStageFailed
+	return bn != nil && plan.LastStageFailed(bn.Status.Reason)
 }
 
 // Queue is a node's place in the queue for a slot.
@@ -363,8 +385,19 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 		if !strings.HasPrefix(coord, "staged; waiting for a reboot slot") && coord != "" {
 			text = coord
 		}
-	} else if v.lastStageFailed(name) {
-		text += "; its last stage failed, so it waits behind the others"
+	} else {
+		if u := v.stagingWithoutGrant(); len(u) > 0 {
+			// Counted against maxStaging until their share lapses
+			// (amendments 7 and 20).
+			verb := " reports"
+			if len(u) > 1 {
+				verb = " report"
+			}
+			text += "; " + andList(u) + verb + " Staging without a stage grant"
+		}
+		if v.lastStageFailed(name) {
+			text += "; its last stage failed, so it waits behind the others"
+		}
 	}
 	return queue, text + "; " + ahead
 }

@@ -130,6 +130,11 @@ func (v *poolView) poolReport() PoolReport {
 		}
 		pr.Blocked = append(pr.Blocked, b)
 	}
+	// A node holding staging capacity without a grant (amendment 20): the
+	// coordinator's condition names it.
+	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1.PoolAgentsReporting); c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleetv1.ReasonStagingWithoutGrant {
+		pr.Warnings = append(pr.Warnings, Blocker{Type: fleetv1.PoolAgentsReporting, Reason: c.Reason, Message: c.Message})
+	}
 	if c := meta.FindStatusCondition(p.Status.Conditions, fleetv1.PoolNodeSelectorRestricted); c != nil && c.Status == metav1.ConditionFalse {
 		pr.Warnings = append(pr.Warnings, Blocker{Type: fleetv1.PoolNodeSelectorRestricted, Reason: c.Reason, Message: c.Message})
 	}

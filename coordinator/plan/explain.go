@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"github.com/bootc-fleet/bootc-fleet/api/text"
@@ -69,6 +70,10 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 		return fleetv1.RolloutUnknown, "its desired image is being set"
 	case p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly:
 		return p.waitingForReboot(n)
+	case p.staging.counted[name]:
+		return fleetv1.RolloutStaging, "its agent reports Staging without a stage grant; counted against maxStaging until it reports that it stopped (amendment 7), for at most stageTimeout plus a lease duration"
+	case p.staging.lapsed[name]:
+		return fleetv1.RolloutBlocked, "its agent has reported Staging without a stage grant for longer than stageTimeout plus a lease duration; no longer counted against maxStaging, and no stage slot while it reports so (amendment 20)"
 	default:
 		return p.waitingForStage(st)
 	}
@@ -104,10 +109,22 @@ func (p *planner) waitingForStage(st *fleetv1.BootcNodeStatus) (string, string) 
 		return fleetv1.RolloutBlocked, "the rollout is paused (spec.rollout.paused)"
 	case !p.stageGrantsAllowed():
 		return fleetv1.RolloutBlocked, p.win.describe() + " (stageOnlyInWindow)"
-	case st.Reason == fleetv1.ReasonStageFailed:
+	case LastStageFailed(st.Reason):
 		return s, text.Truncate("its last stage failed; it waits behind the other nodes for a stage slot: "+st.Message, fleetv1.MaxRolloutReason)
 	}
-	return s, fmt.Sprintf("waiting for a stage slot: maxStaging %d", p.b.MaxStaging)
+	msg := fmt.Sprintf("waiting for a stage slot: maxStaging %d", p.b.MaxStaging)
+	if c := p.staging.counted; len(c) > 0 {
+		names := make([]string, 0, len(c))
+		for n := range c {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		msg += fmt.Sprintf(", counting %s, staging without a stage grant", joinMax(names, 5))
+	}
+	if l := p.staging.lapsedNames(); len(l) > 0 {
+		msg += fmt.Sprintf("; %s reports Staging without a grant beyond stageTimeout and is not counted", joinMax(l, 5))
+	}
+	return s, text.Truncate(msg, fleetv1.MaxRolloutReason)
 }
 
 // shortImage keeps repository and a short digest: enough to tell images apart.

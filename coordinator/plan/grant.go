@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"sort"
+
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -91,7 +93,7 @@ func (p *planner) grant(slots []Slot) {
 		}
 	}
 	holds := p.holdsAfter()
-	stillStaging := p.stagingWithoutSlot(holds)
+	stillStaging := p.staging.counted
 	heldReboot, heldStage := p.countAfter(lease.KindReboot), p.countAfter(lease.KindStage)+len(stillStaging)
 	other := p.otherwiseUnavailable(holds)
 
@@ -143,7 +145,7 @@ func (p *planner) grant(slots []Slot) {
 		n := p.nodes[name]
 		st := p.fresh(n)
 		tgt, ok := p.targetOf(name)
-		if !ok || granted[name] || stillStaging[name] || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+		if !ok || granted[name] || stillStaging[name] || p.staging.lapsed[name] || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.stagedForReboot(st, tgt) {
@@ -156,13 +158,51 @@ func (p *planner) grant(slots []Slot) {
 	}
 }
 
+// ungrantedStaging are the nodes that hold no stage slot but report, in
+// their current boot, a stage under way.
+type ungrantedStaging struct {
+	// counted take a share of maxStaging (amendment 7).
+	counted map[string]bool
+	// lapsed reported so for longer than stageTimeout plus a lease duration:
+	// no share any more, and named on the pool (amendment 20).
+	lapsed map[string]bool
+}
+
+// all names every node of both sets, sorted.
+func (u ungrantedStaging) all() []string {
+	var out []string
+	for n := range u.counted {
+		out = append(out, n)
+	}
+	for n := range u.lapsed {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// lapsedNames names the lapsed nodes, sorted.
+func (u ungrantedStaging) lapsedNames() []string {
+	var out []string
+	for n := range u.lapsed {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // stagingWithoutSlot finds nodes that hold no stage slot but report, in
 // their current boot, a stage under way: a revoked holder downloads until
 // its agent sees the revoke and cancels. Until it reports that it stopped
 // (or goes quiet for a lease duration, as an unrenewed grant would), its
 // download counts against maxStaging, so its slot is not handed on early.
-func (p *planner) stagingWithoutSlot(holds map[string][]*Slot) map[string]bool {
-	out := map[string]bool{}
+// The share lapses stageTimeout plus a lease duration after the
+// coordinator first saw the node staging without a grant (amendment 20): an
+// agent honouring amendment 19 cancels any stage within stageTimeout of
+// starting it, so only a confused or hostile agent reports Staging that
+// long without a grant, and it must not hold the pool's staging capacity.
+func (p *planner) stagingWithoutSlot(holds map[string][]*Slot) ungrantedStaging {
+	out := ungrantedStaging{counted: map[string]bool{}, lapsed: map[string]bool{}}
 	for _, name := range p.members {
 		st := p.fresh(p.nodes[name])
 		seen := p.in.Heartbeats[name].Seen
@@ -174,14 +214,21 @@ func (p *planner) stagingWithoutSlot(holds map[string][]*Slot) map[string]bool {
 		if !p.in.Now.Before(quiet) {
 			continue
 		}
-		slot := false
-		for _, s := range holds[name] {
-			slot = slot || s.Kind == lease.KindStage
+		if holdsKind(holds[name], lease.KindStage) {
+			continue
 		}
-		if !slot {
-			out[name] = true
-			p.requeueAt(quiet)
+		since, ok := p.in.UngrantedStagingSince[name]
+		if !ok || since.After(p.in.Now) {
+			since = p.in.Now
 		}
+		lapse := since.Add(p.b.StageTimeout + p.in.LeaseDuration)
+		if !p.in.Now.Before(lapse) {
+			out.lapsed[name] = true
+			continue
+		}
+		out.counted[name] = true
+		p.requeueAt(quiet)
+		p.requeueAt(lapse)
 	}
 	return out
 }
@@ -204,7 +251,7 @@ func (p *planner) isTarget(name string, img imageref.Pinned) bool {
 func (p *planner) stageQueue() []string {
 	return StageOrder(p.members, func(name string) bool {
 		st := p.fresh(p.nodes[name])
-		return st != nil && st.Reason == fleetv1.ReasonStageFailed
+		return st != nil && LastStageFailed(st.Reason)
 	})
 }
 
@@ -215,6 +262,8 @@ func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned, st *fleetv1.Boo
 	c := SlotChange{Op: OpGrant, Node: n.Name, Image: img, BootID: n.BootID, SoftRebootCount: softCount(st), Why: WhyEligible}
 	if s.Kind == lease.KindReboot {
 		c.DrainTimeout = p.b.DrainTimeout
+	} else {
+		c.StageTimeout = p.b.StageTimeout
 	}
 	p.change(s, c)
 	a := p.after[s.Name]

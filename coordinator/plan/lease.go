@@ -97,6 +97,9 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 		l.Annotations[lease.AnnotationImage] = c.Image.String()
 		l.Annotations[lease.AnnotationBootID] = c.BootID
 		l.Annotations[lease.AnnotationSoftRebootCount] = lease.FormatSoftRebootCount(c.SoftRebootCount)
+		if c.Kind == lease.KindStage && c.StageTimeout > 0 {
+			l.Annotations[lease.AnnotationStageTimeout] = lease.FormatStageTimeout(c.StageTimeout)
+		}
 		if c.Kind == lease.KindReboot {
 			l.Annotations[lease.AnnotationPhase] = string(lease.PhaseDraining)
 			// Not cordoned by us yet: OpAdvance records what the cordon
@@ -141,7 +144,8 @@ func clearGrant(l *coordinationv1.Lease) {
 	l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = nil, nil, nil
 	delete(l.Labels, lease.LabelHolder)
 	for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationSoftRebootCount, lease.AnnotationPhase,
-		lease.AnnotationFailure, lease.AnnotationCordonedByUs, lease.AnnotationBackSince, lease.AnnotationCameBack, lease.AnnotationReleasedAt} {
+		lease.AnnotationFailure, lease.AnnotationCordonedByUs, lease.AnnotationBackSince, lease.AnnotationCameBack, lease.AnnotationReleasedAt,
+		lease.AnnotationStageTimeout} {
 		delete(l.Annotations, a)
 	}
 }

@@ -20,15 +20,19 @@ import (
 const (
 	DefaultDrainTimeout      = 10 * time.Minute
 	DefaultRebootTimeout     = 15 * time.Minute
+	DefaultStageTimeout      = lease.DefaultStageTimeout
 	DefaultHaltAfterFailures = 1
 )
 
 // Budget is a pool's resolved rollout bounds.
 type Budget struct {
-	MaxUnavailable    int
-	MaxStaging        int
-	DrainTimeout      time.Duration
-	RebootTimeout     time.Duration
+	MaxUnavailable int
+	MaxStaging     int
+	DrainTimeout   time.Duration
+	RebootTimeout  time.Duration
+	// StageTimeout bounds one stage (amendment 19); within
+	// lease.MinStageTimeout..lease.MaxStageTimeout.
+	StageTimeout      time.Duration
 	HaltAfterFailures int
 	Paused            bool
 }
@@ -41,6 +45,7 @@ func ResolveBudget(spec fleetv1.RolloutSpec, size int) Budget {
 		MaxStaging:        scaled(spec.MaxStaging, intstr.FromString("25%"), size),
 		DrainTimeout:      DefaultDrainTimeout,
 		RebootTimeout:     DefaultRebootTimeout,
+		StageTimeout:      DefaultStageTimeout,
 		HaltAfterFailures: DefaultHaltAfterFailures,
 		Paused:            spec.Paused,
 	}
@@ -49,6 +54,11 @@ func ResolveBudget(spec fleetv1.RolloutSpec, size int) Budget {
 	}
 	if spec.RebootTimeout != nil && spec.RebootTimeout.Duration > 0 {
 		b.RebootTimeout = spec.RebootTimeout.Duration
+	}
+	// The CRD schema refuses values out of bounds; an object that got past
+	// it (an older schema) gets the default, never an unbounded stage.
+	if spec.StageTimeout != nil && spec.StageTimeout.Duration >= lease.MinStageTimeout && spec.StageTimeout.Duration <= lease.MaxStageTimeout {
+		b.StageTimeout = spec.StageTimeout.Duration
 	}
 	if spec.HaltAfterFailures != nil && *spec.HaltAfterFailures >= 1 {
 		b.HaltAfterFailures = int(*spec.HaltAfterFailures)
@@ -98,6 +108,9 @@ type planner struct {
 	// once (at 1,000 nodes re-deriving them was most of a pass's CPU).
 	freshOf  map[string]freshStatus
 	conflict map[string]bool
+	// staging: nodes reporting Staging without a stage grant (amendments 7
+	// and 20), once the held slots are settled.
+	staging ungrantedStaging
 	// failureCount is failures() once the held slots are settled.
 	failureCount  int
 	failuresKnown bool
@@ -163,6 +176,8 @@ func Plan(in Input) Output {
 	// The held slots settled every node's failure: count them once, not
 	// once per waiting node's explanation.
 	p.failureCount, p.failuresKnown = p.countFailures(), true
+	p.staging = p.stagingWithoutSlot(p.holdsAfter())
+	p.out.StagingWithoutGrant = p.staging.all()
 	p.grant(slots)
 	p.membership()
 	p.status()

@@ -11,6 +11,12 @@ import (
 // exported so that `kubectl bootc-fleet` reports queue positions in exactly
 // the order the coordinator grants them.
 
+// LastStageFailed: a BootcNode reason that says the node's last stage
+// failed or timed out (amendment 19), which puts it behind the others.
+func LastStageFailed(reason string) bool {
+	return reason == fleetv1.ReasonStageFailed || reason == fleetv1.ReasonStageTimedOut
+}
+
 // StageOrder is the order stage slots are offered in: by name, except that
 // nodes whose last stage failed wait behind the others, so one node whose
 // download keeps failing cannot keep a slot from the rest.

@@ -180,7 +180,16 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
 		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
 			n.Name, s.Name, claim.Released, text.Truncate(st.Message, 300), n.Name)
+	case !p.in.Now.Before(p.stageDeadline(g)):
+		// The agent cancels its stage stageTimeout after starting it and
+		// lets go of the grant (amendment 19); this is the bound for an
+		// agent that does not. The node keeps its share of maxStaging while
+		// it still reports Staging (amendment 7), so the budget holds.
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyStageTimedOut})
+		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked stage slot %s of node %s (%s): held longer than stageTimeout %s plus a lease duration (%s) since this coordinator saw the grant; the slot goes to the next node",
+			s.Name, n.Name, fleetv1.ReasonStageTimedOut, p.b.StageTimeout, p.in.LeaseDuration)
 	default:
+		p.requeueAt(p.stageDeadline(g))
 		// Alive from the grant (the coordinator's own write) or from the
 		// last heartbeat that listed it, as the coordinator saw it.
 		alive := g.Acquired
@@ -195,6 +204,20 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 		}
 		p.requeueAt(alive.Add(g.Duration))
 	}
+}
+
+// stageDeadline is when a stage grant is revoked however alive its holder
+// is: stageTimeout plus one lease duration after this coordinator first saw
+// the grant, on its own clock (amendments 8 and 19). The lease duration is
+// the margin for the agent, whose own bound starts later (once it saw the
+// grant, had it heartbeated and confirmed it) and runs on another clock, to
+// cancel and report first; a grant it let go of is revoked at once anyway.
+func (p *planner) stageDeadline(g lease.Grant) time.Time {
+	seen, ok := p.in.GrantsSeen[g.ID]
+	if !ok || seen.After(p.in.Now) {
+		seen = p.in.Now
+	}
+	return seen.Add(p.b.StageTimeout + p.in.LeaseDuration)
 }
 
 // claimOf finds grant id in the agent's fresh status.

@@ -165,6 +165,11 @@ func (p *planner) status() {
 	case len(refusing) > 0:
 		set(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonAgentsRefused,
 			fmt.Sprintf("the API server refuses requests of the agent on %d node(s): %s; check the agent's RBAC and admission policies (packaging/rbac, packaging/policy)", len(refusing), joinMax(refusing, 3)))
+	case len(p.staging.lapsed) > 0:
+		names := p.staging.lapsedNames()
+		set(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonStagingWithoutGrant,
+			fmt.Sprintf("%d node(s) hold staging capacity without a grant: they have reported phase Staging without a stage slot for longer than stageTimeout %s plus a lease duration (%s): %s; they no longer count against maxStaging and get no stage slot while they report so; check `journalctl -u bootc-fleet-agent` and the agent's version on them",
+				len(names), p.b.StageTimeout, p.in.LeaseDuration, joinMax(names, 5)))
 	case len(quiet) > 0 || len(p.goneHolders) > 0:
 		for _, name := range p.goneHolders {
 			quiet = append(quiet, fmt.Sprintf("%s (Node deleted while rebooting; its reboot slot stays held until it is back or rebootTimeout passed)", name))

@@ -59,6 +59,19 @@ type Input struct {
 	// QuietAfter is how long a node with rollout work may go without a new
 	// report before the pool names it (0: never).
 	QuietAfter time.Duration
+	// GrantsSeen are, by grant, when this coordinator first saw each held
+	// grant, on its own clock (a grant it wrote itself: when its cache
+	// first showed it). Absent: seen now. A stage grant is revoked
+	// stageTimeout plus LeaseDuration after it (amendment 19); a restarted
+	// coordinator starts from "seen now", so it may wait longer, never
+	// shorter, whatever clock wrote the Lease's acquireTime.
+	GrantsSeen map[lease.ID]time.Time
+	// UngrantedStagingSince are, by node, when this coordinator first saw
+	// the node staging without a stage grant (Output.StagingWithoutGrant of
+	// its earlier passes, its own clock). Absent: first seen now. Its share
+	// of maxStaging lapses stageTimeout plus LeaseDuration after it
+	// (amendment 20).
+	UngrantedStagingSince map[string]time.Time
 }
 
 // Heartbeat is what the coordinator saw of one node's reports.
@@ -209,6 +222,9 @@ type SlotChange struct {
 	Uncordon bool
 	// BackSince is what OpMarkBack records (zero clears it).
 	BackSince time.Time
+	// StageTimeout is what a stage grant carries for its agent
+	// (lease.AnnotationStageTimeout, amendment 19).
+	StageTimeout time.Duration
 	// Why is a short CamelCase cause, for logs and events.
 	Why string
 }
@@ -271,6 +287,11 @@ type Output struct {
 	// RequeueAfter is when the next deadline (lease expiry, reboot timeout)
 	// falls; zero when none.
 	RequeueAfter time.Duration
+	// StagingWithoutGrant names, sorted, the nodes reporting Staging in
+	// their current boot without a stage grant, counted against maxStaging
+	// or lapsed (amendment 20): the caller remembers since when
+	// (Input.UngrantedStagingSince) for its next passes.
+	StagingWithoutGrant []string
 }
 
 // Event reasons.
@@ -324,4 +345,7 @@ const (
 	WhyCordon        = "Cordon"
 	WhyEligible      = "Eligible"
 	WhyRebootTimeout = fleetv1.ReasonRebootTimeout
+	// WhyStageTimedOut: a stage grant held longer than stageTimeout plus a
+	// lease duration (amendment 19).
+	WhyStageTimedOut = fleetv1.ReasonStageTimedOut
 )

@@ -71,8 +71,12 @@ type world struct {
 	leases map[string]*coordinationv1.Lease
 	drains map[string]Drain
 	hb     map[string]Heartbeat
-	now    time.Time
-	uid    int
+	// grantsSeen and stagingSince: what the controller remembers between
+	// passes on its own clock (Input.GrantsSeen, UngrantedStagingSince).
+	grantsSeen   map[lease.ID]time.Time
+	stagingSince map[string]time.Time
+	now          time.Time
+	uid          int
 }
 
 func newWorld(n, maxUnavailable, maxStaging int) *world {
@@ -100,6 +104,9 @@ func newWorld(n, maxUnavailable, maxStaging int) *world {
 		drains: map[string]Drain{},
 		hb:     map[string]Heartbeat{},
 		now:    t0,
+
+		grantsSeen:   map[lease.ID]time.Time{},
+		stagingSince: map[string]time.Time{},
 	}
 	for i := 0; i < n; i++ {
 		w.addNode(fmt.Sprintf("node-%02d", i))
@@ -165,7 +172,18 @@ func (w *world) input() Input {
 	for _, name := range sortedKeys(w.leases) {
 		if s, ok := ParseSlot(poolName, w.leases[name]); ok {
 			in.Slots = append(in.Slots, s)
+			if _, seen := w.grantsSeen[s.Grant.ID]; s.State == SlotHeld && !seen {
+				w.grantsSeen[s.Grant.ID] = w.now
+			}
 		}
+	}
+	in.GrantsSeen = map[lease.ID]time.Time{}
+	for k, v := range w.grantsSeen {
+		in.GrantsSeen[k] = v
+	}
+	in.UngrantedStagingSince = map[string]time.Time{}
+	for k, v := range w.stagingSince {
+		in.UngrantedStagingSince[k] = v
 	}
 	for k, v := range w.drains {
 		in.Drains[k] = v
@@ -255,6 +273,15 @@ func (w *world) apply(out Output) {
 		delete(w.bns, name)
 	}
 	w.pool.Status = out.Status
+	since := map[string]time.Time{}
+	for _, name := range out.StagingWithoutGrant {
+		if t, ok := w.stagingSince[name]; ok {
+			since[name] = t
+		} else {
+			since[name] = w.now
+		}
+	}
+	w.stagingSince = since
 }
 
 // cordonedByUs: node holds a reboot grant whose record says the cordon is

@@ -67,13 +67,19 @@ type Registry struct {
 	noPull    map[string]bool
 	anonymous bool
 	requests  int
+	// stall: by user, how many more manifest GETs by digest stall
+	// (StallManifests); stalled counts those that did; stop ends every
+	// stall when the registry stops.
+	stall   map[string]int
+	stalled int
+	stop    chan struct{}
 }
 
 // Start runs a registry for the test; it stops at cleanup.
 func Start(tb testing.TB) *Registry {
 	tb.Helper()
 	caCert, caKey := newCA(tb)
-	r := &Registry{users: map[string]string{AdminUser: AdminPass}, noPull: map[string]bool{}}
+	r := &Registry{users: map[string]string{AdminUser: AdminPass}, noPull: map[string]bool{}, stall: map[string]int{}, stop: make(chan struct{})}
 	r.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw})
 	inner := registry.New(registry.Logger(log.New(discard{}, "", 0)))
 	r.srv = httptest.NewUnstartedServer(r.auth(inner))
@@ -81,6 +87,7 @@ func Start(tb testing.TB) *Registry {
 	r.srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert(tb, caCert, caKey)}, MinVersion: tls.VersionTLS12}
 	r.srv.StartTLS()
 	tb.Cleanup(r.srv.Close)
+	tb.Cleanup(func() { close(r.stop) }) // runs first: stalled handlers return
 	r.Host = strings.TrimPrefix(r.srv.URL, "https://")
 	pool := x509.NewCertPool()
 	pool.AddCert(caCert)
@@ -118,6 +125,11 @@ func (r *Registry) auth(next http.Handler) http.Handler {
 		user, pass, ok := req.BasicAuth()
 		good := ok && r.users[user] == pass && pass != ""
 		denied := good && r.noPull[user]
+		stall := good && !denied && req.Method == http.MethodGet && manifestByDigest(req.URL.Path) && r.stall[user] > 0
+		if stall {
+			r.stall[user]--
+			r.stalled++
+		}
 		r.mu.Unlock()
 		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
 		switch {
@@ -126,10 +138,57 @@ func (r *Registry) auth(next http.Handler) http.Handler {
 			writeErr(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 		case denied && req.URL.Path != "/v2/":
 			writeErr(w, http.StatusForbidden, "DENIED", "requested access to the resource is denied")
+		case stall:
+			r.serveStalled(w, req, next)
 		default:
 			next.ServeHTTP(w, req)
 		}
 	})
+}
+
+// StallManifests makes the next n GETs of a manifest by digest by user stall
+// as a registry (or a proxy in front of it) does when a transfer hangs: the
+// answer starts, 200 with its headers and Content-Length and the first half
+// of the body, and then nothing more comes, the connection held open until
+// the client gives up or the registry stops. containers/image bounds the
+// wait for the headers (ResponseHeaderTimeout) but not for the body, so a
+// pull hangs there on a real host until something cancels it.
+func (r *Registry) StallManifests(user string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stall[user] = n
+}
+
+// Stalled counts the requests StallManifests stalled so far.
+func (r *Registry) Stalled() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stalled
+}
+
+func (r *Registry) serveStalled(w http.ResponseWriter, req *http.Request, next http.Handler) {
+	rec := httptest.NewRecorder()
+	next.ServeHTTP(rec, req)
+	body := rec.Body.Bytes()
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body[:len(body)/2])
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	select {
+	case <-req.Context().Done(): // the client went away
+	case <-r.stop:
+	}
+}
+
+// manifestByDigest: path is /v2/<name>/manifests/sha256:<hex>.
+func manifestByDigest(path string) bool {
+	i := strings.LastIndex(path, "/manifests/")
+	return strings.HasPrefix(path, "/v2/") && i > 0 && strings.HasPrefix(path[i+len("/manifests/"):], "sha256:")
 }
 
 func writeErr(w http.ResponseWriter, status int, code, msg string) {
