@@ -263,6 +263,9 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		statusDue:     map[string]time.Duration{},
 		seen:          newHeartbeats(),
 	}
+	if err := mgr.Add(undecodable); err != nil {
+		return nil, err
+	}
 	if err := r.setup(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)
 	}

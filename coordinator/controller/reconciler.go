@@ -176,8 +176,9 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			r.drains.forgetExcept(req.Name, nil)
 			metrics.ForgetPool(req.Name)
 			if u, ok := r.undecodable.get(kindPool, req.Name); ok {
-				// Not gone: set aside, so it gets no action; say why on it.
-				return reconcile.Result{}, r.reportUndecodablePool(ctx, u)
+				// Not gone: set aside, so it gets no action; say why on it,
+				// and look again later (it is in no cache to wake us).
+				return reconcile.Result{RequeueAfter: r.opts.RequeueInterval}, r.reportUndecodablePool(ctx, u)
 			}
 			return reconcile.Result{}, nil
 		}

@@ -114,7 +114,10 @@ func (s *undecodables) keepOnly(kind string, names map[string]bool) {
 	}
 }
 
-// enqueue asks for a pass of each named pool (without blocking a watch).
+// enqueue asks for a pass of each named pool. It never blocks a watch:
+// with the buffer full (a replica not leading has no controller reading
+// it) the request is dropped; every pool is passed again within the
+// requeue interval anyway, a set-aside pool too, and reads this set then.
 func (s *undecodables) enqueue(pools ...string) {
 	for _, p := range pools {
 		if p == "" {
@@ -124,9 +127,31 @@ func (s *undecodables) enqueue(pools ...string) {
 		select {
 		case s.events <- ev:
 		default:
-			go func() { s.events <- ev }()
 		}
 	}
+}
+
+// Start implements manager.Runnable (leader only, once the caches
+// synced): it asks for a pass of every pool concerned by what is set
+// aside, which enqueue may have dropped while this replica did not lead.
+func (s *undecodables) Start(ctx context.Context) error {
+	s.mu.Lock()
+	pools := map[string]bool{}
+	for _, u := range s.objs {
+		if u.pool != "" {
+			pools[u.pool] = true
+		}
+	}
+	s.mu.Unlock()
+	for p := range pools {
+		select {
+		case s.events <- event.TypedGenericEvent[*fleetv1.BootcNodePool]{Object: &fleetv1.BootcNodePool{ObjectMeta: metav1.ObjectMeta{Name: p}}}:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	<-ctx.Done()
+	return nil
 }
 
 // ofPool lists what is set aside that concerns pool: the pool itself and
