@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -119,8 +120,8 @@ func (s *undecodables) keepOnly(kind string, names map[string]bool) {
 // it) the request is dropped; every pool is passed again within the
 // requeue interval anyway, a set-aside pool too, and reads this set then.
 func (s *undecodables) enqueue(pools ...string) {
-	for _, p := range pools {
-		if p == "" {
+	for i, p := range pools {
+		if p == "" || slices.Contains(pools[:i], p) {
 			continue
 		}
 		ev := event.TypedGenericEvent[*fleetv1.BootcNodePool]{Object: &fleetv1.BootcNodePool{ObjectMeta: metav1.ObjectMeta{Name: p}}}
