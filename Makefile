@@ -36,6 +36,7 @@ image: ## Build the coordinator and agent images (buildah or podman) as OCI arch
 generate: ## Regenerate deepcopy code and CRD YAML from api/, and the chart's static templates.
 	$(GO) tool controller-gen object paths=./api/...
 	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)
+	$(GO) run ./packaging/crdpatch $(CRD_DIR)/*.yaml
 	bash packaging/gen-chart.sh
 
 .PHONY: chart

@@ -131,6 +131,7 @@ type GrantInUse struct {
 	UID types.UID `json:"uid"`
 	// LeaseTransitions is the Lease's leaseTransitions when it was granted.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
 	// +required
 	LeaseTransitions int32 `json:"leaseTransitions"`
 	// Released, when set, is a CamelCase reason why the agent lets go of this
@@ -156,7 +157,8 @@ type Deployment struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
 	Version string `json:"version,omitempty"`
-	// Timestamp is the image's creation time, if known.
+	// Timestamp is the image's creation time, if known (RFC 3339 as
+	// metav1.Time decodes it: pattern added by packaging/crdpatch).
 	// +optional
 	Timestamp *metav1.Time `json:"timestamp,omitempty"`
 	// DownloadOnly marks a staged deployment that the next reboot will not apply.
@@ -243,6 +245,12 @@ type BootcNodeStatus struct {
 	// LastReportTime is when the agent last wrote this status, on the node's
 	// clock. The coordinator never compares it with its own clock: a new
 	// value is a heartbeat, timed by when the coordinator saw it.
+	// metav1.MicroTime decodes only RFC 3339 with exactly six fractional
+	// digits (what it encodes), so the schema takes only that: any other
+	// form, stored, would make the coordinator's read of this object fail.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=date-time
+	// +kubebuilder:validation:Pattern=`^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{6}(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`
 	// +optional
 	LastReportTime *metav1.MicroTime `json:"lastReportTime,omitempty"`
 }

@@ -22,9 +22,11 @@ type RolloutSpec struct {
 	// MaxUnavailable is how many nodes of the pool may be disrupted at once:
 	// an integer >= 1 or a percentage 1%-100% of the pool (rounded up, never
 	// below 1). Nodes NotReady or cordoned for other reasons count against it.
+	// The integer form is an int32 in Go (intstr): the rule bounds it there,
+	// since the API server enforces no range on an int-or-string.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 && self <= 2147483647 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer from 1 to 2147483647 or a percentage from 1% to 100%"
 	// +optional
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 
@@ -32,7 +34,7 @@ type RolloutSpec struct {
 	// an integer >= 1 or a percentage 1%-100% (rounded up, never below 1).
 	// +kubebuilder:default="25%"
 	// +kubebuilder:validation:XIntOrString
-	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer >= 1 or a percentage from 1% to 100%"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 && self <= 2147483647 : self.matches('^([1-9][0-9]?|100)%$')",message="must be an integer from 1 to 2147483647 or a percentage from 1% to 100%"
 	// +optional
 	MaxStaging *intstr.IntOrString `json:"maxStaging,omitempty"`
 
@@ -73,6 +75,7 @@ type RolloutSpec struct {
 	// many nodes failed to come back on the target image.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
 	// +optional
 	HaltAfterFailures *int32 `json:"haltAfterFailures,omitempty"`
 
@@ -220,6 +223,11 @@ const (
 	// window is open, False while all are closed; the message says when the
 	// open one closes or the next one opens.
 	PoolMaintenanceWindow = "MaintenanceWindow"
+	// PoolObjectsReadable is present only while the coordinator sets aside
+	// an object of the pool (the pool itself or a BootcNode) that its typed
+	// scheme cannot decode: False, reason UndecodableObject, the message
+	// names each object and the decode error (docs/design.md, amendment 22).
+	PoolObjectsReadable = "ObjectsReadable"
 )
 
 // AnnotationHold on a Node holds it out of rollouts: it gets no new grant
@@ -262,6 +270,9 @@ const (
 	ReasonWindowOpen    = "WindowOpen"
 	ReasonWindowClosed  = "WindowClosed"
 	ReasonInvalidWindow = "InvalidWindow"
+	// ObjectsReadable reason, and the reason of the Warning Event naming
+	// an object the coordinator cannot decode.
+	ReasonUndecodableObject = "UndecodableObject"
 )
 
 // Why a node has no image in its pool's multi-arch index (the reason of
@@ -297,34 +308,56 @@ type BootcNodePoolStatus struct {
 	// +optional
 	TargetImage string `json:"targetImage,omitempty"`
 	// ResolvedTime is when TargetImage was last resolved from spec.image.
+	// Like every metav1.Time, its schema takes only the RFC 3339 form Go
+	// decodes (pattern added by packaging/crdpatch).
 	// +optional
 	ResolvedTime *metav1.Time `json:"resolvedTime,omitempty"`
 
 	// Nodes is the number of nodes in the pool.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Nodes int32 `json:"nodes"`
 	// Updated counts nodes booted on their target image (for a multi-arch
 	// index: their platform's image).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Updated int32 `json:"updated"`
 	// Staging counts nodes downloading the target image.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Staging int32 `json:"staging"`
 	// Staged counts nodes with the target staged, waiting to reboot.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Staged int32 `json:"staged"`
 	// Rebooting counts nodes holding a reboot slot (draining or rebooting).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Rebooting int32 `json:"rebooting"`
 	// Degraded counts nodes that need attention.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Degraded int32 `json:"degraded"`
 	// Waiting counts nodes waiting for a slot.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Waiting int32 `json:"waiting"`
 	// Failures counts nodes that failed to come back on the target image.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Failures int32 `json:"failures,omitempty"`
 	// Quiet counts nodes with rollout work whose agent has not reported for
 	// a while (condition AgentsReporting names them).
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Quiet int32 `json:"quiet,omitempty"`
 	// Held counts nodes annotated fleet.bootc.dev/hold (also counted in
 	// their bucket above); they get no new grants.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Held int32 `json:"held,omitempty"`
 
 	// Conditions: Progressing, UpToDate, Degraded, Halted, AgentsReporting,

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -179,8 +180,16 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	scheme := Scheme()
+	// BootcNodes and pools are read leniently: one object the typed scheme
+	// cannot decode is set aside and named, not a failed list (undecodable.go).
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
+	}
+	undecodable := newUndecodables(log.WithName("read"))
 	mopts := manager.Options{
-		Scheme:                        Scheme(),
+		Scheme:                        scheme,
 		Logger:                        log,
 		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
@@ -194,6 +203,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		RetryPeriod:                   opts.LeaderElectionRetryPeriod,
 		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
 		Cache: cache.Options{
+			NewInformer: undecodable.newInformer(dyn, scheme),
 			// Nothing the coordinator decides reads managedFields; at 5,000
 			// nodes they are much of what Nodes and BootcNodes hold.
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -239,6 +249,8 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 	}
 	r := &poolReconciler{
 		client:        mgr.GetClient(),
+		apiReader:     mgr.GetAPIReader(),
+		undecodable:   undecodable,
 		writes:        writes,
 		bootcNodes:    bootcNodes,
 		recorder:      mgr.GetEventRecorder(opts.Name),
@@ -252,6 +264,9 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		seen:          newHeartbeats(),
 		slotClock:     newSlotClock(),
 		stages:        newStageTimers(),
+	}
+	if err := mgr.Add(undecodable); err != nil {
+		return nil, err
 	}
 	if err := r.setup(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)

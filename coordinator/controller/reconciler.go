@@ -35,7 +35,11 @@ import (
 // poolReconciler reconciles one BootcNodePool at a time: read, Plan, write.
 type poolReconciler struct {
 	client client.Client // reads from the informer cache
-	writes *ownWrites    // what the cache must show before a pass plans
+	// apiReader reads from the API server (an undecodable pool, unstructured).
+	apiReader client.Reader
+	// undecodable: BootcNodes and pools the cache set aside.
+	undecodable *undecodables
+	writes      *ownWrites // what the cache must show before a pass plans
 	// bootcNodes writes existing BootcNodes in the background.
 	bootcNodes *bootcNodeWriter
 	recorder   recorder.EventRecorder
@@ -70,6 +74,7 @@ func (r *poolReconciler) setup(mgr ctrl.Manager) error {
 		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(poolOfLease)).
 		WatchesRawSource(source.Channel(r.drains.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
+		WatchesRawSource(source.Channel(r.undecodable.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
 		Complete(r)
 }
 
@@ -175,6 +180,11 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			r.forgetPool(req.Name)
 			r.slotClock.forget(req.Name)
 			metrics.ForgetPool(req.Name)
+			if u, ok := r.undecodable.get(kindPool, req.Name); ok {
+				// Not gone: set aside, so it gets no action; say why on it,
+				// and look again later (it is in no cache to wake us).
+				return reconcile.Result{RequeueAfter: r.opts.RequeueInterval}, r.reportUndecodablePool(ctx, u)
+			}
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -205,6 +215,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	observed := time.Now()
 	out := plan.Plan(in)
 	r.stages.sawUngranted(req.Name, out.StagingWithoutGrant, now)
+	r.noteUndecodable(&pool, &out.Status)
 
 	planned := time.Now()
 	applied, err := r.apply(ctx, log, &pool, w, in, out)
