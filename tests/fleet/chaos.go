@@ -51,6 +51,7 @@ const (
 	KindAPIOutage         FaultKind = "API server outage"
 	KindLeaseConflicts    FaultKind = "lease conflicts"
 	KindClockSkew         FaultKind = "node clock skewed"
+	KindHostile           FaultKind = "hostile node"
 	KindSetup             FaultKind = "setup problem"
 )
 
@@ -119,6 +120,20 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		k := skew.IntN(len(offsets))
 		behaviours[skewed].ClockSkews = append(offsets[k:], offsets[:k]...)
 	}
+	// Every third seed has a hostile node, each kind in turn (seeds 3, 6,
+	// ..., 18 cover them all): the last node by name (the stage queue's
+	// last) writes forged, malformed or oversized status into its own
+	// BootcNode with its own credentials (hostile.go). A kind that reports
+	// Staging without a slot holds one share of maxStaging for as long as
+	// it reports (amendment 7; issue 26 item 3 bounds it): such seeds get a
+	// second stage slot, so the other nodes can converge.
+	hostile, hostileKind := -1, HostileKind("")
+	if seed%3 == 0 {
+		hostile, hostileKind = opts.Nodes-1, HostileKinds[(seed/3)%int64(len(HostileKinds))]
+		if hostileKind.ClaimsStaging() {
+			opts.MaxStaging = max(opts.MaxStaging, 2)
+		}
+	}
 	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
 	var faults []Fault
 	note := func(kind FaultKind, format string, a ...any) {
@@ -140,6 +155,11 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	}
 
 	p := f.AddPool(name, opts)
+	hostileRec := &HostileRecord{}
+	if hostile >= 0 {
+		note(KindHostile, "node %d (%s) is hostile: %s", hostile, p.Nodes[hostile].Name, hostileKind)
+		p.Nodes[hostile].MakeHostile(f.ctx, hostileKind, hostileRec, f.othersGrants)
+	}
 	tags := []string{"v2"}
 	images := map[string]string{"v2": p.Push("v2")}
 	changes := 1 + r.IntN(3)
@@ -285,6 +305,13 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 				fin.Nodes[n] = fn
 			}
 		}
+	}
+	if hostile >= 0 {
+		// Judged apart: it never converges, and what it wrote must not
+		// stop any other node (I1-I5 over the others).
+		hn := p.Nodes[hostile].Name
+		delete(fin.Nodes, hn)
+		res.Problems = append(res.Problems, judgeHostile(ctx, f, p, hn, hostileKind, hostileRec, &res.Notes)...)
 	}
 	select {
 	case res.FirstReconcile = <-firstReconcile:

@@ -432,8 +432,8 @@ func (p *Pool) Converged(target string) (bool, string) {
 	f := p.f
 	var waiting []string
 	for _, n := range p.Nodes {
-		if n.Dead() {
-			continue
+		if n.Dead() || n.Hostile() {
+			continue // a hostile node never converges
 		}
 		st := n.Machine.State()
 		if n.Down() || st.Booted == nil || st.Booted.Image != target {
@@ -455,7 +455,7 @@ func (p *Pool) Converged(target string) (bool, string) {
 		phase[bn.Name] = bn.Status.Phase
 	}
 	for _, n := range p.Nodes {
-		if ph, ok := phase[n.Name]; !n.Dead() && (!ok || ph != fleetv1.PhaseIdle) {
+		if ph, ok := phase[n.Name]; !n.Dead() && !n.Hostile() && (!ok || ph != fleetv1.PhaseIdle) {
 			waiting = append(waiting, n.Name+"("+string(ph)+")")
 		}
 	}

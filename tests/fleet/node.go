@@ -15,6 +15,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
@@ -70,6 +71,7 @@ type SimNode struct {
 	agentCfg  func() agent.Config
 	logger    *slog.Logger
 	hub       *lightHub // set: a LightAgent runs instead of the real agent
+	hostile   *hostileRun // set: a hostile writer runs instead of any agent
 
 	mu          sync.Mutex
 	cancel      context.CancelFunc
@@ -140,6 +142,13 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	n.cancel, n.done = cancel, done
+	if h := n.hostile; h != nil {
+		go func() {
+			defer close(done)
+			n.runHostile(actx, h.kind, h.rec, h.others)
+		}()
+		return
+	}
 	if n.hub != nil {
 		go func() {
 			defer close(done)
@@ -164,6 +173,30 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 			n.logger.Error("agent did not start", "err", err)
 		}
 	}()
+}
+
+// hostileRun is a hostile node's part (hostile.go).
+type hostileRun struct {
+	kind   HostileKind
+	rec    *HostileRecord
+	others func(ctx context.Context, pool, not string) []fleetv1.GrantInUse
+}
+
+// MakeHostile replaces the node's agent with a hostile writer of kind,
+// whose writes rec counts.
+func (n *SimNode) MakeHostile(ctx context.Context, kind HostileKind, rec *HostileRecord, others func(ctx context.Context, pool, not string) []fleetv1.GrantInUse) {
+	n.StopAgent()
+	n.mu.Lock()
+	n.hostile = &hostileRun{kind: kind, rec: rec, others: others}
+	n.mu.Unlock()
+	n.StartAgent(ctx)
+}
+
+// Hostile reports whether a hostile writer replaced the node's agent.
+func (n *SimNode) Hostile() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.hostile != nil
 }
 
 // StopAgent stops the agent (as systemd would) and waits for it.
