@@ -123,14 +123,14 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	// Every third seed has a hostile node, each kind in turn (seeds 3, 6,
 	// ..., 18 cover them all): the last node by name (the stage queue's
 	// last) writes forged, malformed or oversized status into its own
-	// BootcNode with its own credentials (hostile.go). A kind that reports
-	// Staging without a slot holds one share of maxStaging for as long as
-	// it reports (amendment 7; issue 26 item 3 bounds it): such seeds get a
-	// second stage slot, so the other nodes can converge.
+	// BootcNode with its own credentials (hostile.go). A kind that keeps a
+	// share of maxStaging for as long as it reports (TakesStageCapacity;
+	// issue 26 item 3 bounds the Staging share) gets a second stage slot,
+	// so the other nodes can converge.
 	hostile, hostileKind := -1, HostileKind("")
 	if seed%3 == 0 {
 		hostile, hostileKind = opts.Nodes-1, HostileKinds[(seed/3)%int64(len(HostileKinds))]
-		if hostileKind.ClaimsStaging() {
+		if hostileKind.TakesStageCapacity() {
 			opts.MaxStaging = max(opts.MaxStaging, 2)
 		}
 	}

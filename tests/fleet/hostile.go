@@ -51,10 +51,14 @@ const (
 var HostileKinds = []HostileKind{HostileForgedGrant, HostileOtherBoot, HostileStagingForever,
 	HostileFutureReport, HostilePastReport, HostileOversized}
 
-// ClaimsStaging: the kind reports phase Staging without a slot, which
-// amendment 7 counts against maxStaging for as long as it reports.
-func (k HostileKind) ClaimsStaging() bool {
-	return k == HostileForgedGrant || k == HostileStagingForever
+// TakesStageCapacity: the kind keeps a share of maxStaging from the other
+// nodes for as long as it reports. Staging without a slot is counted
+// against maxStaging (amendment 7); a fresh Waiting report gets a stage
+// grant in its turn, which a node that never lists it holds until it
+// expires (one lease duration), and is then offered the freed slot again
+// ahead of nodes whose last stage failed.
+func (k HostileKind) TakesStageCapacity() bool {
+	return k != HostileOtherBoot && k != HostileOversized
 }
 
 // HostileRecord is what a hostile node's writes met.
