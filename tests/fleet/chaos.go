@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,7 +137,10 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	}
 	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
 	var faults []Fault
+	var faultsMu sync.Mutex // faults fire in goroutines of their own
 	note := func(kind FaultKind, format string, a ...any) {
+		faultsMu.Lock()
+		defer faultsMu.Unlock()
 		faults = append(faults, Fault{At: time.Since(start).Round(time.Millisecond), Kind: kind, What: fmt.Sprintf(format, a...)})
 	}
 	if longStale >= 0 {
@@ -213,13 +217,28 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	var plan []event
 	// Image changes fire in tag order, at least 1s apart, so the last tag
 	// is the final target.
+	var imageMu sync.Mutex
+	applied := 0 // index in tags of the pool's image
 	at := time.Duration(500+r.IntN(2000)) * time.Millisecond
 	for i := 1; i < len(tags); i++ {
 		tag := tags[i]
 		at += time.Duration(1000+r.IntN(2000)) * time.Millisecond
 		plan = append(plan, event{at, func() {
+			// Each change runs in a goroutine of its own: on a busy machine
+			// one can be delayed past the next. An older tag never
+			// overwrites a newer one, so the last tag stays the target.
+			imageMu.Lock()
+			defer imageMu.Unlock()
+			if i <= applied {
+				note(KindImageChange, "image change to %s skipped: the change to %s, planned later, was made first", tag, tags[applied])
+				return
+			}
+			if err := p.SetImage(tag); err != nil {
+				note(KindSetup, "changing the image to %s: %v", tag, err)
+				return
+			}
+			applied = i
 			note(KindImageChange, "image changed to %s", tag)
-			_ = p.SetImage(tag)
 		}})
 	}
 	for k := r.IntN(4); k > 0; k-- {
