@@ -70,7 +70,7 @@ type SimNode struct {
 	stateDir  string
 	agentCfg  func() agent.Config
 	logger    *slog.Logger
-	hub       *lightHub // set: a LightAgent runs instead of the real agent
+	hub       *lightHub   // set: a LightAgent runs instead of the real agent
 	hostile   *hostileRun // set: a hostile writer runs instead of any agent
 
 	mu          sync.Mutex
