@@ -79,7 +79,11 @@ func (r *HostileRecord) note(err error) {
 	if r.Refused == nil {
 		r.Refused = map[string]int{}
 	}
-	r.Refused[string(apierrors.ReasonForError(err))]++
+	why := string(apierrors.ReasonForError(err))
+	if why == "" {
+		why = "no answer" // e.g. a cut connection in an API outage
+	}
+	r.Refused[why]++
 	r.Last = err.Error()
 }
 
@@ -193,6 +197,19 @@ func judgeHostile(ctx context.Context, f *Fleet, p *Pool, node string, kind Host
 		problems = append(problems, fmt.Sprintf("hostile %s: no out-of-bounds write was even tried", node))
 	case kind != HostileOversized && accepted == 0:
 		problems = append(problems, fmt.Sprintf("hostile %s (%s): none of its writes landed (refused %v: %s)", node, kind, refused, last))
+	}
+	// Where the coordinator names the node today: a status from another
+	// boot, or none accepted, leaves it "Unknown" on its BootcNode (no
+	// report from the node's current boot). The other kinds are named
+	// nowhere as misbehaving; the notes say what is shown instead.
+	if kind == HostileOtherBoot || kind == HostileOversized {
+		bn := &fleetv1.BootcNode{}
+		if err := f.Env.Client.Get(ctx, types.NamespacedName{Name: node}, bn); err != nil {
+			problems = append(problems, fmt.Sprintf("hostile %s: reading its BootcNode: %v", node, err))
+		} else if got := bn.Annotations[fleetv1.AnnotationRolloutState]; got != fleetv1.RolloutUnknown {
+			problems = append(problems, fmt.Sprintf("hostile %s (%s): rollout state %q (%s), want %s (no report from its current boot)",
+				node, kind, got, bn.Annotations[fleetv1.AnnotationRolloutReason], fleetv1.RolloutUnknown))
+		}
 	}
 	said := f.whatIsSaidOf(ctx, p, node)
 	*notes = append(*notes, fmt.Sprintf("hostile %s (%s): %d writes accepted, refused %v; named by: %s", node, kind, accepted, refused, strings.Join(said, "; ")))
