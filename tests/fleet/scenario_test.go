@@ -179,6 +179,9 @@ func TestChaosClusterFaults(t *testing.T) {
 		} else {
 			t.Logf("%s faults:%s", r, FaultString(faults))
 		}
+		for _, n := range r.Notes {
+			t.Log(n)
+		}
 		f.Stop()
 	}
 }
