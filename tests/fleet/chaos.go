@@ -162,7 +162,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	hostileRec := &HostileRecord{}
 	if hostile >= 0 {
 		note(KindHostile, "node %d (%s) is hostile: %s", hostile, p.Nodes[hostile].Name, hostileKind)
-		p.Nodes[hostile].MakeHostile(f.ctx, hostileKind, hostileRec, f.othersGrants)
+		p.Nodes[hostile].MakeHostile(f.ctx, hostileKind, hostileRec)
 	}
 	tags := []string{"v2"}
 	images := map[string]string{"v2": p.Push("v2")}

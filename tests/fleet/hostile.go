@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -67,6 +69,7 @@ type HostileRecord struct {
 	Accepted int
 	Refused  map[string]int // the API server's refusals, by reason
 	Last     string         // the last refusal's message
+	Copied   int            // reports that listed another node's real grant
 }
 
 func (r *HostileRecord) note(err error) {
@@ -99,12 +102,18 @@ func (r *HostileRecord) Counts() (accepted int, refused map[string]int, last str
 }
 
 // runHostile runs n's hostile writer until ctx ends.
-func (n *SimNode) runHostile(ctx context.Context, kind HostileKind, rec *HostileRecord, admin func(ctx context.Context, pool, not string) []fleetv1.GrantInUse) {
+func (n *SimNode) runHostile(ctx context.Context, kind HostileKind, rec *HostileRecord) {
 	rc, err := fleetREST(n.rest)
 	if err != nil {
 		n.logger.Error("hostile node did not start", "err", err)
 		return
 	}
+	cs, err := kubernetes.NewForConfig(n.rest)
+	if err != nil {
+		n.logger.Error("hostile node did not start", "err", err)
+		return
+	}
+	leases := cs.CoordinationV1().Leases(lease.Namespace)
 	booted := n.Machine.State().Booted
 	for i := 0; ctx.Err() == nil; i++ {
 		status := map[string]any{
@@ -118,8 +127,12 @@ func (n *SimNode) runHostile(ctx context.Context, kind HostileKind, rec *Hostile
 		switch kind {
 		case HostileForgedGrant:
 			status["phase"], status["reason"], status["message"] = fleetv1.PhaseStaging, "Staging", "Staging under another node's grant"
-			forged := admin(ctx, n.Pool, n.Name)
-			if len(forged) == 0 {
+			forged := othersGrants(ctx, leases, n.Pool, n.Name)
+			if len(forged) > 0 {
+				rec.mu.Lock()
+				rec.Copied++
+				rec.mu.Unlock()
+			} else {
 				forged = []fleetv1.GrantInUse{{Lease: lease.SlotName(n.Pool, lease.KindStage, 0), UID: uuid.NewUUID(), LeaseTransitions: 1}}
 			}
 			status["grants"] = forged
@@ -163,10 +176,11 @@ func (n *SimNode) runHostile(ctx context.Context, kind HostileKind, rec *Hostile
 	}
 }
 
-// othersGrants lists the grants held by nodes of pool other than not, as
-// the harness (not the hostile node) reads them: what a forger copies.
-func (f *Fleet) othersGrants(ctx context.Context, pool, not string) []fleetv1.GrantInUse {
-	ls, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + pool})
+// othersGrants lists the grants held by nodes of pool other than not, read
+// with the hostile node's own credentials (a node may read every slot
+// Lease): what a forger copies.
+func othersGrants(ctx context.Context, leases coordinationv1client.LeaseInterface, pool, not string) []fleetv1.GrantInUse {
+	ls, err := leases.List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + pool})
 	if err != nil {
 		return nil
 	}
@@ -211,8 +225,15 @@ func judgeHostile(ctx context.Context, f *Fleet, p *Pool, node string, kind Host
 				node, kind, got, bn.Annotations[fleetv1.AnnotationRolloutReason], fleetv1.RolloutUnknown))
 		}
 	}
+	rec.mu.Lock()
+	copied := rec.Copied
+	rec.mu.Unlock()
+	if kind == HostileForgedGrant && copied == 0 {
+		problems = append(problems, fmt.Sprintf("hostile %s: never saw another node's grant to copy", node))
+	}
 	said := f.whatIsSaidOf(ctx, p, node)
-	*notes = append(*notes, fmt.Sprintf("hostile %s (%s): %d writes accepted, refused %v; named by: %s", node, kind, accepted, refused, strings.Join(said, "; ")))
+	*notes = append(*notes, fmt.Sprintf("hostile %s (%s): %d writes accepted (%d listing another node's real grant), refused %v; said of it: %s",
+		node, kind, accepted, copied, refused, strings.Join(said, "; ")))
 	return problems
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
-	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
@@ -145,7 +144,7 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 	if h := n.hostile; h != nil {
 		go func() {
 			defer close(done)
-			n.runHostile(actx, h.kind, h.rec, h.others)
+			n.runHostile(actx, h.kind, h.rec)
 		}()
 		return
 	}
@@ -177,17 +176,16 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 
 // hostileRun is a hostile node's part (hostile.go).
 type hostileRun struct {
-	kind   HostileKind
-	rec    *HostileRecord
-	others func(ctx context.Context, pool, not string) []fleetv1.GrantInUse
+	kind HostileKind
+	rec  *HostileRecord
 }
 
 // MakeHostile replaces the node's agent with a hostile writer of kind,
 // whose writes rec counts.
-func (n *SimNode) MakeHostile(ctx context.Context, kind HostileKind, rec *HostileRecord, others func(ctx context.Context, pool, not string) []fleetv1.GrantInUse) {
+func (n *SimNode) MakeHostile(ctx context.Context, kind HostileKind, rec *HostileRecord) {
 	n.StopAgent()
 	n.mu.Lock()
-	n.hostile = &hostileRun{kind: kind, rec: rec, others: others}
+	n.hostile = &hostileRun{kind: kind, rec: rec}
 	n.mu.Unlock()
 	n.StartAgent(ctx)
 }
