@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -90,6 +91,13 @@ func FailingDownload(ctx context.Context, f *Fleet, seed int64) Result {
 // QuietAgent: an agent stops mid-rollout. The pool counts and names its node
 // (status.quiet, condition AgentsReporting) within QuietAfter, and stops
 // doing so once the agent reports again; the rollout then converges.
+//
+// The node is held (fleet.bootc.dev/hold) until its agent is back, so it
+// still has rollout work when its agent stops, whatever the other nodes'
+// pace: without the hold, on a busy machine it could be granted first and
+// finish before the harness saw it Waiting (the node's Waiting report is
+// then a moment between two polls, and a converged node has no work to be
+// quiet about).
 func QuietAgent(ctx context.Context, f *Fleet, quietAfter time.Duration) Result {
 	start := time.Now()
 	name := "quiet"
@@ -107,10 +115,26 @@ func QuietAgent(ctx context.Context, f *Fleet, quietAfter time.Duration) Result 
 	}) {
 		res.Problems = append(res.Problems, "setup: a BootcNode exists before the pool")
 	}
+	hold := func(on bool) error {
+		v := "null"
+		if on {
+			v = `"quiet agent test"`
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, fleetv1.AnnotationHold, v)
+		_, err := f.Kube.CoreV1().Nodes().Patch(ctx, silent.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	if err := hold(true); err != nil {
+		res.Problems = append(res.Problems, "holding "+silent.Name+": "+err.Error())
+		return res
+	}
 	p.Create("v2", opts)
-	if !waitFor(ctx, 30*time.Second, func() bool {
+	// Held, the node waits for a grant it cannot get: its Waiting report
+	// for v2 stays until the hold is lifted. The bound only guards a stall.
+	if !waitFor(ctx, 3*time.Minute, func() bool {
 		bn := &fleetv1.BootcNode{}
-		return f.Env.Client.Get(ctx, client.ObjectKey{Name: silent.Name}, bn) == nil && bn.Status.Phase == fleetv1.PhaseWaiting
+		return f.Env.Client.Get(ctx, client.ObjectKey{Name: silent.Name}, bn) == nil && bn.Status.Phase == fleetv1.PhaseWaiting &&
+			bn.Spec.DesiredImage != "" && bn.Status.ObservedGeneration == bn.Generation
 	}) {
 		res.Problems = append(res.Problems, "the node never reported Waiting")
 	}
@@ -126,13 +150,18 @@ func QuietAgent(ctx context.Context, f *Fleet, quietAfter time.Duration) Result 
 		c := meta.FindStatusCondition(st.Conditions, fleetv1.PoolAgentsReporting)
 		return st.Quiet >= 1 && c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, silent.Name), fmt.Sprintf("quiet %d, %+v", st.Quiet, c)
 	}
-	if !waitFor(ctx, quietAfter+60*time.Second, func() bool { ok, _ := named(); return ok }) {
+	// Named in the pass the coordinator requeued for quietAfter after the
+	// last report it saw; the bound only guards a stall on a busy machine.
+	if !waitFor(ctx, quietAfter+3*time.Minute, func() bool { ok, _ := named(); return ok }) {
 		_, why := named()
 		res.Problems = append(res.Problems, "the pool never named the quiet node: "+why)
 	} else if took := time.Since(last); took < quietAfter {
 		res.Problems = append(res.Problems, fmt.Sprintf("named quiet %s after its last report, before quietAfter %s", took, quietAfter))
 	}
 	silent.StartAgent(f.ctx)
+	if err := hold(false); err != nil {
+		res.Problems = append(res.Problems, "lifting the hold: "+err.Error())
+	}
 	if !waitFor(ctx, 120*time.Second, func() bool {
 		ok, _ := p.Converged(v2)
 		return ok && p.Status().Quiet == 0

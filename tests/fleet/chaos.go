@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,7 @@ const (
 	KindAPIOutage         FaultKind = "API server outage"
 	KindLeaseConflicts    FaultKind = "lease conflicts"
 	KindClockSkew         FaultKind = "node clock skewed"
+	KindHostile           FaultKind = "hostile node"
 	KindSetup             FaultKind = "setup problem"
 )
 
@@ -119,9 +121,26 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		k := skew.IntN(len(offsets))
 		behaviours[skewed].ClockSkews = append(offsets[k:], offsets[:k]...)
 	}
+	// Every third seed has a hostile node, each kind in turn (seeds 3, 6,
+	// ..., 18 cover them all): the last node by name (the stage queue's
+	// last) writes forged, malformed or oversized status into its own
+	// BootcNode with its own credentials (hostile.go). A kind that keeps a
+	// share of maxStaging for as long as it reports (TakesStageCapacity;
+	// issue 26 item 3 bounds the Staging share) gets a second stage slot,
+	// so the other nodes can converge.
+	hostile, hostileKind := -1, HostileKind("")
+	if seed%3 == 0 {
+		hostile, hostileKind = opts.Nodes-1, HostileKinds[(seed/3)%int64(len(HostileKinds))]
+		if hostileKind.TakesStageCapacity() {
+			opts.MaxStaging = max(opts.MaxStaging, 2)
+		}
+	}
 	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
 	var faults []Fault
+	var faultsMu sync.Mutex // faults fire in goroutines of their own
 	note := func(kind FaultKind, format string, a ...any) {
+		faultsMu.Lock()
+		defer faultsMu.Unlock()
 		faults = append(faults, Fault{At: time.Since(start).Round(time.Millisecond), Kind: kind, What: fmt.Sprintf(format, a...)})
 	}
 	if longStale >= 0 {
@@ -140,6 +159,11 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	}
 
 	p := f.AddPool(name, opts)
+	hostileRec := &HostileRecord{}
+	if hostile >= 0 {
+		note(KindHostile, "node %d (%s) is hostile: %s", hostile, p.Nodes[hostile].Name, hostileKind)
+		p.Nodes[hostile].MakeHostile(f.ctx, hostileKind, hostileRec)
+	}
 	tags := []string{"v2"}
 	images := map[string]string{"v2": p.Push("v2")}
 	changes := 1 + r.IntN(3)
@@ -193,13 +217,28 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	var plan []event
 	// Image changes fire in tag order, at least 1s apart, so the last tag
 	// is the final target.
+	var imageMu sync.Mutex
+	applied := 0 // index in tags of the pool's image
 	at := time.Duration(500+r.IntN(2000)) * time.Millisecond
 	for i := 1; i < len(tags); i++ {
 		tag := tags[i]
 		at += time.Duration(1000+r.IntN(2000)) * time.Millisecond
 		plan = append(plan, event{at, func() {
+			// Each change runs in a goroutine of its own: on a busy machine
+			// one can be delayed past the next. An older tag never
+			// overwrites a newer one, so the last tag stays the target.
+			imageMu.Lock()
+			defer imageMu.Unlock()
+			if i <= applied {
+				note(KindImageChange, "image change to %s skipped: the change to %s, planned later, was made first", tag, tags[applied])
+				return
+			}
+			if err := p.SetImage(tag); err != nil {
+				note(KindSetup, "changing the image to %s: %v", tag, err)
+				return
+			}
+			applied = i
 			note(KindImageChange, "image changed to %s", tag)
-			_ = p.SetImage(tag)
 		}})
 	}
 	for k := r.IntN(4); k > 0; k-- {
@@ -285,6 +324,13 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 				fin.Nodes[n] = fn
 			}
 		}
+	}
+	if hostile >= 0 {
+		// Judged apart: it never converges, and what it wrote must not
+		// stop any other node (I1-I5 over the others).
+		hn := p.Nodes[hostile].Name
+		delete(fin.Nodes, hn)
+		res.Problems = append(res.Problems, judgeHostile(ctx, f, p, hn, hostileKind, hostileRec, &res.Notes)...)
 	}
 	select {
 	case res.FirstReconcile = <-firstReconcile:

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,10 +23,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -344,18 +345,16 @@ func (p *Pool) Create(tag string, opts PoolOptions) {
 	}
 }
 
-// SetImage points the pool at repo:tag (a mid-rollout image change).
+// SetImage points the pool at repo:tag (a mid-rollout image change) with a
+// merge patch of spec.image, as `kubectl patch` would: the coordinator's
+// status writes meanwhile cannot make it conflict (five quick conflict
+// retries of an update could all lose on a busy machine).
 func (p *Pool) SetImage(tag string) error {
-	// The coordinator writes the pool's status meanwhile: retry conflicts,
-	// as kubectl edit would have the operator do.
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		bnp := &fleetv1.BootcNodePool{}
-		if err := p.f.Env.Client.Get(p.f.ctx, client.ObjectKey{Name: p.Name}, bnp); err != nil {
-			return err
-		}
-		bnp.Spec.Image = p.Repo + ":" + tag
-		return p.f.Env.Client.Update(p.f.ctx, bnp)
-	})
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"image": p.Repo + ":" + tag}})
+	if err != nil {
+		return err
+	}
+	return p.f.Env.Client.Patch(p.f.ctx, &fleetv1.BootcNodePool{ObjectMeta: metav1.ObjectMeta{Name: p.Name}}, client.RawPatch(types.MergePatchType, patch))
 }
 
 // StartCoordinator runs the coordinator in-process with its own identity.
@@ -432,8 +431,8 @@ func (p *Pool) Converged(target string) (bool, string) {
 	f := p.f
 	var waiting []string
 	for _, n := range p.Nodes {
-		if n.Dead() {
-			continue
+		if n.Dead() || n.Hostile() {
+			continue // a hostile node never converges
 		}
 		st := n.Machine.State()
 		if n.Down() || st.Booted == nil || st.Booted.Image != target {
@@ -455,7 +454,7 @@ func (p *Pool) Converged(target string) (bool, string) {
 		phase[bn.Name] = bn.Status.Phase
 	}
 	for _, n := range p.Nodes {
-		if ph, ok := phase[n.Name]; !n.Dead() && (!ok || ph != fleetv1.PhaseIdle) {
+		if ph, ok := phase[n.Name]; !n.Dead() && !n.Hostile() && (!ok || ph != fleetv1.PhaseIdle) {
 			waiting = append(waiting, n.Name+"("+string(ph)+")")
 		}
 	}

@@ -69,7 +69,8 @@ type SimNode struct {
 	stateDir  string
 	agentCfg  func() agent.Config
 	logger    *slog.Logger
-	hub       *lightHub // set: a LightAgent runs instead of the real agent
+	hub       *lightHub   // set: a LightAgent runs instead of the real agent
+	hostile   *hostileRun // set: a hostile writer runs instead of any agent
 
 	mu          sync.Mutex
 	cancel      context.CancelFunc
@@ -140,6 +141,13 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	n.cancel, n.done = cancel, done
+	if h := n.hostile; h != nil {
+		go func() {
+			defer close(done)
+			n.runHostile(actx, h.kind, h.rec)
+		}()
+		return
+	}
 	if n.hub != nil {
 		go func() {
 			defer close(done)
@@ -164,6 +172,29 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 			n.logger.Error("agent did not start", "err", err)
 		}
 	}()
+}
+
+// hostileRun is a hostile node's part (hostile.go).
+type hostileRun struct {
+	kind HostileKind
+	rec  *HostileRecord
+}
+
+// MakeHostile replaces the node's agent with a hostile writer of kind,
+// whose writes rec counts.
+func (n *SimNode) MakeHostile(ctx context.Context, kind HostileKind, rec *HostileRecord) {
+	n.StopAgent()
+	n.mu.Lock()
+	n.hostile = &hostileRun{kind: kind, rec: rec}
+	n.mu.Unlock()
+	n.StartAgent(ctx)
+}
+
+// Hostile reports whether a hostile writer replaced the node's agent.
+func (n *SimNode) Hostile() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.hostile != nil
 }
 
 // StopAgent stops the agent (as systemd would) and waits for it.

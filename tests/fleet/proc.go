@@ -110,6 +110,9 @@ type ProcOptions struct {
 	RebootPolicy fleetv1.RebootPolicy
 	// SoftRebootCapable: what the nodes stage is soft-reboot capable.
 	SoftRebootCapable bool
+	// Replicas, when 2 or more, runs that many coordinator processes with
+	// --leader-elect, each logging to its own file (Replicas, KillLeader).
+	Replicas int
 	// Private, when set, replaces the plain-HTTP registry: images are
 	// pushed with PrivatePush, every node's test bootc pulls for real from
 	// it (Knobs.Pull) with the host files NodeRoot writes under its root,
@@ -150,7 +153,8 @@ type ProcFleet struct {
 	cancel   context.CancelFunc
 	registry *httptest.Server
 	coord    *procProcess
-	reboots  sync.WaitGroup // reboots being played
+	replicas []*CoordReplica // leader-elected replicas, in start order
+	reboots  sync.WaitGroup  // reboots being played
 	once     sync.Once
 
 	mu      sync.Mutex
@@ -229,14 +233,33 @@ func StartProcFleet(ctx context.Context, opts ProcOptions) (_ *ProcFleet, err er
 }
 
 func (f *ProcFleet) startCoordinator(ctx context.Context) error {
-	kc, err := f.Env.KubeconfigFor(f.Dir, CoordinatorIdentity, "system:serviceaccounts", "system:serviceaccounts:bootc-fleet-system")
+	if f.opts.Replicas > 1 {
+		for i := 0; i < f.opts.Replicas; i++ {
+			if _, err := f.StartReplica(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f.CoordinatorLog = filepath.Join(f.Dir, "coordinator.log")
+	p, err := f.startCoordinatorProcess(f.CoordinatorLog)
 	if err != nil {
 		return err
 	}
-	f.CoordinatorLog = filepath.Join(f.Dir, "coordinator.log")
-	out, err := os.OpenFile(f.CoordinatorLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	f.coord = p
+	return nil
+}
+
+// startCoordinatorProcess starts the coordinator binary with the fleet's
+// flags (and extra), appending its output to logPath.
+func (f *ProcFleet) startCoordinatorProcess(logPath string, extra ...string) (*procProcess, error) {
+	kc, err := f.Env.KubeconfigFor(f.Dir, CoordinatorIdentity, "system:serviceaccounts", "system:serviceaccounts:bootc-fleet-system")
 	if err != nil {
-		return err
+		return nil, err
+	}
+	out, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
 	}
 	defer out.Close() // the child holds its own descriptor
 	args := []string{
@@ -247,18 +270,13 @@ func (f *ProcFleet) startCoordinator(ctx context.Context) error {
 	if pr := f.opts.Private; pr != nil {
 		ca := filepath.Join(f.Dir, "registry-ca.pem")
 		if err := os.WriteFile(ca, pr.CAPEM, 0o644); err != nil {
-			return err
+			return nil, err
 		}
 		args = append(args, "--registry-ca-file", ca)
 	} else {
 		args = append(args, "--insecure-registry", f.Registry)
 	}
-	p, err := startProc(f.opts.Bin.Coordinator, args, minimalEnv(), out)
-	if err != nil {
-		return err
-	}
-	f.coord = p
-	return nil
+	return startProc(f.opts.Bin.Coordinator, append(args, extra...), minimalEnv(), out)
 }
 
 // StopCoordinator stops the coordinator process (SIGTERM, then SIGKILL).
@@ -509,6 +527,7 @@ func (f *ProcFleet) Close() {
 		f.cancel() // a reboot being played starts no agent
 		f.reboots.Wait()
 		f.StopCoordinator()
+		f.stopReplicas()
 		var wg sync.WaitGroup
 		for _, n := range f.Nodes {
 			wg.Add(1)

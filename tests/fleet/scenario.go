@@ -25,6 +25,8 @@ type Result struct {
 	// FirstReconcile is how long the pool waited for the coordinator's
 	// first status write (0: not measured).
 	FirstReconcile time.Duration
+	// Notes are findings worth printing even when the seed passed.
+	Notes []string
 }
 
 // Failed reports whether anything went wrong.

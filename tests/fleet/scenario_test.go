@@ -147,6 +147,9 @@ func TestChaos(t *testing.T) {
 		faults := faultsOf[r.Seed]
 		mu.Unlock()
 		fmt.Printf("chaos seed %d: %d violations, %d problems (%s, %d faults)\n", r.Seed, len(r.Violations), len(r.Problems), r.Duration.Round(time.Millisecond), len(faults))
+		for _, n := range r.Notes {
+			fmt.Printf("chaos seed %d: %s\n", r.Seed, n)
+		}
 		for _, f := range faults {
 			tally[f.Kind]++
 		}
@@ -175,6 +178,9 @@ func TestChaosClusterFaults(t *testing.T) {
 			t.Errorf("%s\n  faults:%s\nreplay: go test ./tests/fleet -run TestChaosClusterFaults -v", r, FaultString(faults))
 		} else {
 			t.Logf("%s faults:%s", r, FaultString(faults))
+		}
+		for _, n := range r.Notes {
+			t.Log(n)
 		}
 		f.Stop()
 	}
