@@ -22,6 +22,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -398,10 +399,5 @@ func undecodableMessage(us []undecodable) string {
 	for _, u := range us {
 		parts = append(parts, u.String())
 	}
-	msg := strings.Join(parts, "; ")
-	const max = 2048
-	if r := []rune(msg); len(r) > max {
-		msg = string(r[:max]) + "..."
-	}
-	return msg
+	return text.Truncate(strings.Join(parts, "; "), 2048)
 }
