@@ -77,7 +77,7 @@ envtest: ## Build (once) the kube-apiserver and etcd the tests run against.
 
 .PHONY: test
 test: ## Run every test, including those against a real kube-apiserver + etcd.
-	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 $(GO) test $(GOTEST_FLAGS) -count=1 -timeout 25m ./...
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 $(GO) test $(GOTEST_FLAGS) -count=1 -timeout 40m ./...
 
 .PHONY: chaos
 chaos: ## Randomized fault campaign over SEEDS seeds (default 100), BATCH (default 20) pools at a time.

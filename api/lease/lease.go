@@ -41,7 +41,8 @@ const (
 	AnnotationFailure = "fleet.bootc.dev/failure"
 	// AnnotationCordonedByUs records that the coordinator cordoned the node
 	// for this grant ("true") or found it already cordoned ("false"), as its
-	// cordon call found the Node (not as a cache showed it).
+	// cordon call found the Node (not as a cache showed it); "pending" from
+	// the grant until that call's answer is recorded (amendment 23).
 	AnnotationCordonedByUs = "fleet.bootc.dev/cordoned-by-us"
 	// AnnotationBackSince (RFC 3339, held reboot slots, coordinator only):
 	// when the holder was first found back on the image, Ready, in its new

@@ -356,13 +356,16 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	}
 	if was {
 		log.Info("node was cordoned already, not by this cordon call; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
-	} else if node != nil {
-		// This call made the cordon: record it on the grant at once. The
-		// record is the only proof of ownership (the Node's mark can be
-		// copied, amendment 21); if we stop before it is written, the node
-		// stays cordoned and the release names it (CordonLeft).
+	}
+	// Record the call's answer on the grant at once (amendments 21, 23):
+	// from then on only this record says whose cordon it is, and a mark
+	// copied onto the Node counts for nothing. Stopped before it, the grant
+	// still says pending, and the mark written in the cordon's own update
+	// says the cordon is ours.
+	pending := l.Annotations[lease.AnnotationCordonedByUs] == plan.CordonPending
+	if (was && pending) || (!was && node != nil) {
 		rec := l.DeepCopy()
-		plan.RecordOwnCordon(rec)
+		plan.RecordCordon(rec, !was)
 		if err := r.client.Update(ctx, rec); err != nil {
 			return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
 		}

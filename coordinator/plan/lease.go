@@ -49,8 +49,10 @@ func ParseSlot(pool string, l *coordinationv1.Lease) (s Slot, ok bool) {
 			switch v := l.Annotations[lease.AnnotationCordonedByUs]; v {
 			case "true", "false":
 				s.CordonedByUs = v == "true"
+			case CordonPending:
+				s.CordonPending = true
 			default:
-				s.State, s.Problem = SlotMalformed, fmt.Sprintf("annotation %s=%q is not true or false", lease.AnnotationCordonedByUs, v)
+				s.State, s.Problem = SlotMalformed, fmt.Sprintf("annotation %s=%q is not true, false or %s", lease.AnnotationCordonedByUs, v, CordonPending)
 			}
 		}
 	}
@@ -102,9 +104,10 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 		}
 		if c.Kind == lease.KindReboot {
 			l.Annotations[lease.AnnotationPhase] = string(lease.PhaseDraining)
-			// Not cordoned by us yet: OpAdvance records what the cordon
-			// found; until then the Node's mark says it.
-			l.Annotations[lease.AnnotationCordonedByUs] = "false"
+			// The cordon call's answer is recorded right after it; until
+			// then a Node cordoned with this grant's mark is ours (the call
+			// writes the mark in the cordon's own update), amendment 23.
+			l.Annotations[lease.AnnotationCordonedByUs] = CordonPending
 		}
 	case OpAdvance:
 		l.Annotations[lease.AnnotationPhase] = string(lease.PhaseReboot)
@@ -150,13 +153,17 @@ func clearGrant(l *coordinationv1.Lease) {
 	}
 }
 
-// RecordOwnCordon marks reboot grant l (as read or just written) as having
-// cordoned its node: the controller calls it, and writes l back with one
-// Update, right after its own cordon call made the cordon. It is the only
-// proof of cordon ownership (amendment 21).
-func RecordOwnCordon(l *coordinationv1.Lease) {
+// CordonPending is the cordoned-by-us value of a reboot grant whose cordon
+// call has not been answered on the grant yet (amendment 23).
+const CordonPending = "pending"
+
+// RecordCordon records on reboot grant l (as read or just written) what its
+// cordon call found: ours when that call made the cordon, not ours when the
+// Node was cordoned already. The controller writes l back with one Update
+// right after the call (amendments 21 and 23).
+func RecordCordon(l *coordinationv1.Lease, ours bool) {
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[lease.AnnotationCordonedByUs] = "true"
+	l.Annotations[lease.AnnotationCordonedByUs] = strconv.FormatBool(ours)
 }

@@ -28,11 +28,13 @@ func (p *planner) held(s Slot) {
 	g := s.Grant
 	n, exists := p.nodes[g.Holder]
 	reboot := s.Kind == lease.KindReboot
-	// Ours only when the grant records it: the controller writes the
-	// record right after its own cordon call made the cordon. The Node's
-	// cordoned-for mark is never proof: anyone who may write the Node's
-	// annotations, its own kubelet included, can copy it (amendment 21).
-	uncordon := reboot && exists && s.CordonedByUs
+	// Ours when the grant records it: the controller writes the record
+	// right after its own cordon call. The Node's cordoned-for mark counts
+	// only while that answer is pending (we stopped between the call and
+	// the record): the grant was written before the call, the mark names
+	// this very grant, and once the call's answer is recorded no mark
+	// counts, so a copied mark never outweighs a record (amendments 21, 23).
+	uncordon := reboot && exists && cordonIsOurs(s, n)
 	stop := func() {
 		if reboot {
 			p.out.StopDrains = append(p.out.StopDrains, g.Holder)
@@ -146,7 +148,7 @@ func (p *planner) held(s Slot) {
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon, DrainTimeout: p.b.DrainTimeout})
 	case hasDrain && d.State == DrainDone:
 		// The advance keeps the grant's record of whose cordon it is.
-		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: s.CordonedByUs})
+		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: cordonIsOurs(s, n)})
 		p.nodeEvent(n.Name, "Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
 	case hasDrain && d.State == DrainRunning:
 		if d.Message != "" {
@@ -312,4 +314,14 @@ func rebootSince(s Slot) time.Time {
 		return s.RebootSince
 	}
 	return s.Grant.Renewed
+}
+
+// cordonIsOurs: the reboot grant of s records that its cordon call made the
+// cordon, or that answer is still pending and the Node is cordoned with the
+// grant's own mark (written in the cordon's own update), amendment 23.
+func cordonIsOurs(s Slot, n Node) bool {
+	if s.CordonedByUs {
+		return true
+	}
+	return s.CordonPending && n.Unschedulable && n.CordonedFor == lease.CordonMark(s.Grant.ID)
 }

@@ -128,6 +128,9 @@ type Slot struct {
 	Grant lease.Grant
 	// CordonedByUs is the cordoned-by-us annotation of a reboot grant.
 	CordonedByUs bool
+	// CordonPending: the annotation says "pending", the grant's cordon call
+	// has not been answered on the grant yet (amendment 23).
+	CordonPending bool
 	// Holder is spec.holderIdentity, also for a malformed slot.
 	Holder string
 	// Problem says why a slot is malformed.

@@ -236,10 +236,13 @@ func (w *world) apply(out Output) {
 			if err != nil || n == nil {
 				continue
 			}
-			if !n.Unschedulable {
-				// The cordon call made the cordon: recorded on the grant.
+			// The cordon call's answer is recorded on the grant.
+			made := !n.Unschedulable
+			if made {
 				n.Unschedulable, n.CordonedFor = true, lease.CordonMark(g.ID)
-				RecordOwnCordon(l)
+			}
+			if made || l.Annotations[lease.AnnotationCordonedByUs] == CordonPending {
+				RecordCordon(l, made)
 			}
 			if d, ok := w.drains[c.Node]; !ok || d.Grant != g.ID {
 				w.drains[c.Node] = Drain{Grant: g.ID, State: DrainRunning, Attempts: 1}
