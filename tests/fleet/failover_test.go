@@ -142,29 +142,11 @@ func killDuringRollout(t *testing.T, f *ProcFleet, seed int64, done func() bool)
 }
 
 // judgeFailover checks I1-I5, one reboot per node under a grant, the test
-// bootc's own log, and logs the takeovers. Every node but except ends
+// bootc's own log (checkOneRebootEach), and logs the takeovers. Every node but except ends
 // uncordoned.
 func judgeFailover(t *testing.T, f *ProcFleet, target string, takeovers []Takeover, except string) {
 	t.Helper()
-	ctx := context.Background()
-	for _, v := range f.Check(ctx, target) {
-		t.Errorf("%s", v)
-	}
-	if err := f.CheckInvocations(); err != nil {
-		t.Errorf("events and test bootc disagree: %v", err)
-	}
-	reboots := f.Reboots()
-	for _, n := range f.Nodes {
-		m, err := n.Bootc.Machine()
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := m.State()
-		if reboots[n.Name] != 1 || st.Reboots != 1 || len(n.Login.RebootArgs()) != 1 {
-			t.Errorf("%s: %d logged reboots, %d machine reboots, %d logind calls; want exactly 1",
-				n.Name, reboots[n.Name], st.Reboots, len(n.Login.RebootArgs()))
-		}
-	}
+	checkOneRebootEach(t, f, target)
 	f.FillFirstWrites(takeovers)
 	var worst time.Duration
 	for i, tk := range takeovers {

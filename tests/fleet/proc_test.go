@@ -90,26 +90,8 @@ func TestProcFleetHappyPath(t *testing.T) {
 	waitConverged(t, f, v2, 3*time.Minute)
 	t.Logf("6 nodes converged on v2 %s after the pool was created", time.Since(created).Round(100*time.Millisecond))
 
-	for _, v := range f.Check(ctx, v2) {
-		t.Errorf("%s", v)
-	}
-	if err := f.CheckInvocations(); err != nil {
-		t.Errorf("events and test bootc disagree: %v", err)
-	}
-	reboots := f.Reboots()
+	checkOneRebootEach(t, f, v2)
 	for _, n := range f.Nodes {
-		m, err := n.Bootc.Machine()
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := m.State()
-		if st.Booted == nil || st.Booted.Image != v2 {
-			t.Errorf("%s booted %+v, want %s", n.Name, st.Booted, v2)
-		}
-		if reboots[n.Name] != 1 || st.Reboots != 1 || len(n.Login.RebootArgs()) != 1 {
-			t.Errorf("%s: %d logged reboots, %d machine reboots, %d logind calls; want exactly 1",
-				n.Name, reboots[n.Name], st.Reboots, len(n.Login.RebootArgs()))
-		}
 		for _, r := range n.RebootTimings() {
 			t.Logf("%s: reboot %s -> %s: agent stopped after %s, up after %s, agent ready after %s", n.Name,
 				short8(r.From), short8(r.To), r.AgentStopped.Sub(r.Requested).Round(time.Millisecond),
@@ -281,5 +263,33 @@ func TestLineWriterSplitsAcrossWrites(t *testing.T) {
 	}
 	if out.String() != "a=1 b=2\nc=3\nd=4" {
 		t.Errorf("copied %q", out.String())
+	}
+}
+
+// checkOneRebootEach checks I1-I5 on target, that the event log and the
+// test bootc agree, and that every node is booted on target after exactly
+// one reboot, counted three ways: the event log, the machine, and logind.
+func checkOneRebootEach(t *testing.T, f *ProcFleet, target string) {
+	t.Helper()
+	for _, v := range f.Check(context.Background(), target) {
+		t.Errorf("%s", v)
+	}
+	if err := f.CheckInvocations(); err != nil {
+		t.Errorf("events and test bootc disagree: %v", err)
+	}
+	reboots := f.Reboots()
+	for _, n := range f.Nodes {
+		m, err := n.Bootc.Machine()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := m.State()
+		if st.Booted == nil || st.Booted.Image != target {
+			t.Errorf("%s booted %+v, want %s", n.Name, st.Booted, target)
+		}
+		if reboots[n.Name] != 1 || st.Reboots != 1 || len(n.Login.RebootArgs()) != 1 {
+			t.Errorf("%s: %d logged reboots, %d machine reboots, %d logind calls; want exactly 1",
+				n.Name, reboots[n.Name], st.Reboots, len(n.Login.RebootArgs()))
+		}
 	}
 }
