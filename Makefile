@@ -26,7 +26,7 @@ help: ## Show this help.
 ##@ Build
 .PHONY: build
 build: ## Build bootc-fleet-agent, bootc-fleet-coordinator and the kubectl plugin kubectl-bootc_fleet into bin/.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./agent/cmd/bootc-fleet-agent ./coordinator/cmd/bootc-fleet-coordinator ./coordinator/cmd/kubectl-bootc_fleet
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/bootc-fleet-agent ./cmd/bootc-fleet-coordinator ./cmd/kubectl-bootc_fleet
 
 .PHONY: image
 image: ## Build the coordinator and agent images (buildah or podman) as OCI archives in bin/images/, tagged $(VERSION).

@@ -27,7 +27,7 @@ bash packaging/build-images.sh --version "$VERSION" --out "$out" --arch amd64 --
 # The kubectl plugin, static, for the same architectures.
 for arch in amd64 arm64; do
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$VERSION" \
-		-o "$out/kubectl-bootc_fleet-linux-$arch" ./coordinator/cmd/kubectl-bootc_fleet
+		-o "$out/kubectl-bootc_fleet-linux-$arch" ./cmd/kubectl-bootc_fleet
 done
 
 # Every binary prints the release (those of this host's architecture run here).

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	"github.com/bootc-fleet/bootc-fleet/coordinator/drain"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/drain"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"

@@ -23,7 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/bootc-fleet/bootc-fleet/coordinator/kubectl"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/kubectl"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet"
 )

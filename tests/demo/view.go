@@ -19,7 +19,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/coordinator/kubectl"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/kubectl"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )

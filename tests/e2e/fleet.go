@@ -461,7 +461,7 @@ func builds(t *testing.T) binaries {
 			return
 		}
 		for _, b := range []struct{ out, pkg string }{
-			{"bootc-fleet-agent", "./agent/cmd/bootc-fleet-agent"},
+			{"bootc-fleet-agent", "./cmd/bootc-fleet-agent"},
 			{"test-bootc", "./tests/testbootc/cmd/test-bootc"},
 		} {
 			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(buildDir, b.out), b.pkg)

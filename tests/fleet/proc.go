@@ -78,7 +78,7 @@ func BuildProcBinaries(ctx context.Context, dir string) (ProcBinaries, error) {
 		return ProcBinaries{}, err
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", abs+"/",
-		"./agent/cmd/bootc-fleet-agent", "./coordinator/cmd/bootc-fleet-coordinator", "./tests/testbootc/cmd/test-bootc")
+		"./cmd/bootc-fleet-agent", "./cmd/bootc-fleet-coordinator", "./tests/testbootc/cmd/test-bootc")
 	cmd.Dir = envtest.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ProcBinaries{}, fmt.Errorf("go build: %w\n%s", err, out)

@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bootc-fleet/bootc-fleet/coordinator/plan"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )

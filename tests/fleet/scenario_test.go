@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/agent/agent"
-	"github.com/bootc-fleet/bootc-fleet/coordinator/controller"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
 

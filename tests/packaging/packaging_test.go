@@ -426,7 +426,7 @@ func TestChartValues(t *testing.T) {
 // Every flag the chart can render is one the coordinator has.
 func TestChartFlagsExist(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bootc-fleet-coordinator")
-	build := exec.Command("go", "build", "-o", bin, "./coordinator/cmd/bootc-fleet-coordinator")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/bootc-fleet-coordinator")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the coordinator: %v\n%s", err, out)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"sigs.k8s.io/yaml"
 )

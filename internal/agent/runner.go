@@ -1,0 +1,531 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ConditionGrantsReadable is False while a Lease labelled with this node does
+// not follow the slot protocol (it is ignored, never acted on).
+const ConditionGrantsReadable = "GrantsReadable"
+
+// Condition reasons of ConditionGrantsReadable.
+const (
+	ReasonGrantsValid    = "AsExpected"
+	ReasonMalformedGrant = "MalformedGrant"
+)
+
+// maxImmediate bounds how many iterations run back to back after actions
+// that change local state (a cleared record, a finished stage).
+const maxImmediate = 5
+
+// apiTimeout bounds one API request, so an unreachable API server cannot
+// hold the loop (and its watchdog) for long.
+const apiTimeout = 10 * time.Second
+
+type stageRun struct {
+	image  imageref.Pinned
+	grant  lease.ID
+	cancel context.CancelFunc
+	done   chan error
+	// started (the agent's clock) and timeout bound the stage (amendment
+	// 19): the grant's stage timeout when it started.
+	started time.Time
+	timeout time.Duration
+}
+
+type runner struct {
+	cfg  Config
+	deps Deps
+	kube *kube
+	log  *slog.Logger
+
+	held map[string]*held
+	// leaseDuration is the duration of the last grant seen: the agent keeps
+	// its heartbeat pace while a revoked stage is still winding down.
+	leaseDuration time.Duration
+	// refusals are API requests the server refused, by request, until the
+	// same request succeeds (the APIAccess condition).
+	refusals     map[string]string
+	refusalShown string // the APIAccess message last written while waiting for the lists
+	malformed    []string
+	stage        *stageRun
+	apiRounds    *rate.Limiter // paces rounds woken by the API server (pace.go)
+	// lastRead is the last bootc status read: while the agent's own stage
+	// holds the sysroot lock, rounds decide on it instead of waiting
+	// behind the pull for a new one.
+	lastRead *statusRead
+	// reuseRead: the last round's report gave a new grant its first
+	// heartbeat, so the round that follows at once acts on that round's
+	// read (milliseconds old, this boot) instead of running bootc status
+	// again. Each step re-reads what it depends on anyway: the reboot
+	// checks the staged digest before and after unlocking, and bootc
+	// switch works on the deployment as it is.
+	reuseRead bool
+	// waitingFor and waitingSince: the desired image an Idle node started
+	// waiting for a stage grant for, and when (Config.WaitingHold).
+	waitingFor   imageref.Pinned
+	waitingSince time.Time
+	// probe is what bootc supports, learned once per boot.
+	probe      *bootcProbe
+	stageFail  *decide.StageFailure
+	stageDelay time.Duration
+	verdict    *decide.Verdict
+	// rejected is the last stage the signature policy refused; it holds
+	// until the desired image changes (or the agent restarts).
+	rejected *decide.Rejection
+
+	// settleKey/settleDeadline: when the record from another boot was first
+	// seen in this boot.
+	settleKey      string
+	settleDeadline time.Time
+	// rebootIssued is the grant this process already rebooted for.
+	rebootIssued *lease.ID
+
+	started      time.Time
+	ready        bool
+	lastAction   decide.Action
+	lastNotify   string
+	lastReport   statusReport
+	lastReportAt time.Time
+	reportTried  time.Time // the last report sent, accepted or not
+	reported     bool
+}
+
+func newRunner(cfg Config, deps Deps, k *kube) *runner {
+	return &runner{
+		cfg:      cfg,
+		deps:     deps,
+		kube:     k,
+		log:      deps.Log.With("node", cfg.NodeName),
+		held:     map[string]*held{},
+		refusals: map[string]string{},
+	}
+}
+
+func (r *runner) now() time.Time { return r.deps.Clock.Now() }
+
+func (r *runner) run(ctx context.Context) error {
+	r.started = r.now()
+	r.kube.start(ctx)
+	r.log.Info("bootc-fleet-agent started", "version", r.cfg.Version)
+	defer r.shutdown()
+	if !r.waitSynced(ctx) {
+		return nil
+	}
+	for {
+		wait := r.cfg.PollInterval
+		for i := 0; ; i++ {
+			again, next := r.iterate(ctx)
+			if next < wait {
+				wait = next
+			}
+			if !again || i >= maxImmediate || ctx.Err() != nil {
+				break
+			}
+		}
+		r.reuseRead = false // only the round that follows at once may reuse a read
+		lastRound := r.now()
+		nextRound := lastRound.Add(wait)
+		// Sleep until the next round is due or something changes; wake in
+		// between to ping the watchdog, which costs nothing, and to send a
+		// heartbeat when one is due, which costs one status write (no
+		// bootc status: any change wakes a full round anyway).
+		var woke wake
+		for {
+			sleep := nextRound.Sub(r.now())
+			if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < sleep {
+				sleep = wd / 2
+			}
+			if d := r.reportDue(); d < sleep {
+				sleep = d
+			}
+			if sleep < 10*time.Millisecond {
+				sleep = 10 * time.Millisecond
+			}
+			var ok bool
+			woke, ok = r.sleep(ctx, sleep)
+			if !ok {
+				return nil
+			}
+			if woke != wokeByTimer || !r.now().Before(nextRound) {
+				break
+			}
+			if r.reportDue() <= 0 && !r.heartbeat(ctx) {
+				break // a full round reports instead
+			}
+			_ = r.deps.Notifier.Watchdog()
+		}
+		if !r.paceRound(ctx, woke, lastRound) {
+			return nil
+		}
+	}
+}
+
+// waitSynced waits for the first list of the BootcNode and the Leases, so no
+// decision runs on an empty view of the API server. Boot must not wait for
+// the API server, though: systemd orders multi-user.target after this
+// unit's start job, so READY=1 goes out as soon as the host side works (a
+// fresh bootc status in the current boot), and STATUS= says what the agent
+// is still waiting for. Nothing disruptive can happen before the lists.
+func (r *runner) waitSynced(ctx context.Context) bool {
+	var lastProbe time.Time
+	for !r.kube.synced() {
+		_ = r.deps.Notifier.Watchdog()
+		if lastProbe.IsZero() || r.deps.Clock.Since(lastProbe) >= max(r.cfg.RereadInterval, time.Second) {
+			lastProbe = r.now()
+			r.probeHost(ctx)
+		}
+		t := r.deps.Clock.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-r.kube.pokes:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+	return true
+}
+
+// probeHost reads the boot identity and bootc status while the API server is
+// not yet listed: READY=1 once they read fresh, and a STATUS= line naming
+// what the agent waits for.
+func (r *runner) probeHost(ctx context.Context) {
+	hostState := ""
+	before, _, err := r.identity(ctx)
+	if err == nil {
+		_, err = r.readStatus(ctx)
+	}
+	if err == nil {
+		after, _, idErr := r.identity(ctx)
+		if idErr != nil || after != before {
+			err = fmt.Errorf("the boot changed while reading bootc status")
+		}
+	}
+	if err != nil {
+		hostState = "; host not ready: " + err.Error()
+	}
+	// A refused list (e.g. no RBAC for Leases) never heals by waiting: say
+	// so on the BootcNode, if it can be read and written.
+	if n := r.kube.bootcNode(); n != nil {
+		if c := r.apiAccess(n.Generation); c.Status == metav1.ConditionFalse && c.Message != r.refusalShown {
+			cctx, cancel := context.WithTimeout(ctx, apiTimeout)
+			if r.reportRefusal(cctx, n.Generation, append([]metav1.Condition(nil), n.Status.Conditions...)) {
+				r.refusalShown = c.Message
+			}
+			cancel()
+		}
+	}
+	// After the report above, so STATUS= never says less than the
+	// BootcNode: a list refused meanwhile shows in both.
+	why := "no answer yet"
+	var errs []string
+	for inf, e := range r.kube.listErrors() {
+		errs = append(errs, inf+": "+e.Error())
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		why = strings.Join(errs, "; ")
+	}
+	line := text.Truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.kube.host, why, hostState), 512)
+	if line != r.lastNotify {
+		_ = r.deps.Notifier.Status(line)
+		r.lastNotify = line
+		if r.deps.Clock.Since(r.started) > 5*time.Second {
+			r.log.Info("waiting for the API server", "server", r.kube.host, "why", why)
+		}
+	}
+	// READY=1 after STATUS=, so the unit is never active without saying
+	// what it does. A host whose bootc status keeps failing must not hold
+	// boot either: after ReadyGrace the agent is ready anyway, and STATUS=
+	// says why it can do nothing.
+	if (err == nil || r.deps.Clock.Since(r.started) > r.cfg.ReadyGrace) && !r.ready {
+		if nerr := r.deps.Notifier.Ready(); nerr != nil {
+			r.log.Error("sd_notify READY failed", "err", nerr)
+		}
+		r.ready = true
+		r.log.Info("ready: bootc status read fresh in this boot; waiting for the API server before acting")
+	}
+}
+
+func (r *runner) shutdown() {
+	if r.stage != nil {
+		r.log.Info("stopping: cancelling the stage", "image", r.stage.image.String())
+		r.stage.cancel()
+		<-r.stage.done
+		r.stage = nil
+	}
+	_ = r.deps.Notifier.Stopping()
+	r.log.Info("bootc-fleet-agent stopped")
+}
+
+func (r *runner) stageDone() <-chan error {
+	if r.stage == nil {
+		return nil
+	}
+	return r.stage.done
+}
+
+// iterate runs one observe-decide-act round. again asks for another round at
+// once; next is when to look again at the latest.
+func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
+	_ = r.deps.Notifier.Watchdog()
+	r.syncGrants()
+	obs, st, ok := r.observe(ctx)
+	act := decide.Decide(obs)
+	fresh := ok && obs.Status.Unavailable == "" && obs.Status.ReadIn == obs.Boot
+	if !r.ready && (fresh || r.deps.Clock.Since(r.started) > r.cfg.ReadyGrace) {
+		r.notifyStatus(act) // STATUS= first: the unit is never active without it
+		if err := r.deps.Notifier.Ready(); err != nil {
+			r.log.Error("sd_notify READY failed", "err", err)
+		}
+		r.ready = true
+		r.log.Info("ready: BootcNode and grants listed", "freshStatus", fresh)
+	}
+	r.explain(act)
+	again, next = r.carryOut(ctx, obs, act)
+	if s := r.stage; s != nil && s.timeout > 0 {
+		// Wake for the stage's deadline (amendment 19), however long the poll.
+		next = min(next, max(s.started.Add(s.timeout).Sub(r.now()), 0))
+	}
+	if act.Kind == decide.ClearRecord && again {
+		// Bookkeeping done; the round that follows at once reports the
+		// state after it (one status write, not two).
+		return again, next
+	}
+	if hold := r.holdWaiting(obs, act); hold > 0 {
+		return again, min(next, hold)
+	}
+	if r.report(ctx, obs, st, act) {
+		again = true // a grant just got its first heartbeat: use it now
+		r.reuseRead = fresh && act.Kind == decide.Nothing
+	}
+	return again, next
+}
+
+// holdWaiting returns how much longer the report of a is held back: an Idle
+// node that starts waiting for a stage grant says so WaitingHold later, so
+// a grant the coordinator gives at once costs one report (Staging), not two.
+// Nothing waits on the Waiting report: the coordinator grants from the
+// BootcNode's spec and the last report's boot.
+func (r *runner) holdWaiting(o decide.Observation, a decide.Action) time.Duration {
+	if a.Kind != decide.Nothing || a.Phase != fleetv1.PhaseWaiting || a.Reason != decide.ReasonWaitingForGrant ||
+		!r.reported || r.lastReport.Phase != fleetv1.PhaseIdle {
+		r.waitingFor = imageref.Pinned{}
+		return 0
+	}
+	if r.waitingFor != o.Desired.Image {
+		r.waitingFor, r.waitingSince = o.Desired.Image, r.now()
+	}
+	return r.waitingSince.Add(r.cfg.WaitingHold).Sub(r.now())
+}
+
+// explain logs one line per decision that differs from the previous one, and
+// every disruptive action.
+func (r *runner) explain(a decide.Action) {
+	l := r.lastAction
+	if a.Kind == l.Kind && a.Phase == l.Phase && a.Reason == l.Reason && a.Message == l.Message && a.Kind != decide.Stage && a.Kind != decide.ApplyAndReboot {
+		return
+	}
+	r.lastAction = a
+	attrs := []any{"action", string(a.Kind), "phase", string(a.Phase), "reason", a.Reason}
+	if a.Image.Digest != "" {
+		attrs = append(attrs, "image", a.Image.String())
+	}
+	if a.Grant.Lease != "" {
+		attrs = append(attrs, "grant", a.Grant.String(), "soft", a.Soft)
+	}
+	r.log.Info(a.Message, attrs...)
+}
+
+// observe builds the Observation: boot identity before and after a fresh
+// bootc status read, the record, the grants and the in-flight stage.
+func (r *runner) observe(ctx context.Context) (decide.Observation, bootc.Status, bool) {
+	now := r.now()
+	o := decide.Observation{
+		Now:           now,
+		Node:          r.cfg.NodeName,
+		RebootTimeout: r.cfg.RebootTimeout,
+		Policy:        fleetv1.RebootPolicyReboot,
+	}
+	if n := r.kube.bootcNode(); n != nil {
+		o.Desired = desiredOf(n.Spec.DesiredImage)
+		if n.Spec.RebootPolicy != "" {
+			o.Policy = n.Spec.RebootPolicy
+		}
+		o.RequireSigned = n.Spec.RequireSignedImages
+	}
+	if rj := r.rejected; rj != nil && (!o.Desired.Set || o.Desired.Invalid != "" || o.Desired.Image != rj.Image) {
+		r.rejected = nil
+	}
+	o.Rejected = r.rejected
+	before, supported, err := r.identity(ctx)
+	if err != nil {
+		o.Status.Unavailable = "reading the boot identity: " + err.Error()
+		return o, bootc.Status{}, false
+	}
+	o.Boot, o.SoftRebootSupported = before, supported
+	var st bootc.Status
+	var stErr error
+	reuse := r.reuseRead
+	r.reuseRead = false
+	if lr := r.lastRead; (r.stage != nil || reuse) && lr != nil && lr.boot == before {
+		// bootc status would wait for the sysroot lock our own pull holds
+		// (bootc issue #585): decide on the read taken before the stage.
+		// Right after a first heartbeat, decide on that round's read.
+		o.Status = statusOf(lr.st, before)
+		st = lr.st
+	} else {
+		st, stErr = r.readStatus(ctx)
+		after, _, err := r.identity(ctx)
+		switch {
+		case stErr != nil:
+			o.Status.Unavailable = stErr.Error()
+		case err == nil && after == before:
+			o.Status = statusOf(st, before)
+			r.lastRead = &statusRead{boot: before, st: st}
+		default:
+			// The boot changed while reading: the status belongs to no known boot.
+			o.Status = statusOf(st, decide.BootIdentity{})
+			if err == nil {
+				o.Boot = after
+			}
+		}
+	}
+	o.Bootc = r.bootcSupport(ctx, o.Boot)
+	r.observeRecord(&o)
+	if r.verdict != nil && r.verdict.Boot != o.Boot {
+		r.verdict = nil
+	}
+	o.Verdict = r.verdict
+	o.Grants = r.grants()
+	if r.stage != nil {
+		img := r.stage.image
+		o.InFlight = &img
+		o.InFlightStarted, o.InFlightTimeout = r.stage.started, r.stage.timeout
+	}
+	o.LastStageFailure = r.stageFail
+	return o, st, stErr == nil
+}
+
+func (r *runner) observeRecord(o *decide.Observation) {
+	rec, err := r.deps.Records.Read()
+	if err != nil {
+		o.Record.Unreadable = err.Error()
+		return
+	}
+	spent, err := r.deps.Records.Spent()
+	if err != nil {
+		o.Record.Unreadable = "spent grants: " + err.Error()
+		return
+	}
+	o.Spent = spent
+	if rec == nil {
+		r.settleKey = ""
+		return
+	}
+	img, err := imageref.ParsePinned(rec.Image)
+	if err != nil { // Read validates; kept as a guard
+		o.Record.Unreadable = err.Error()
+		return
+	}
+	o.Record = decide.RecordState{
+		Present:  true,
+		Grant:    rec.Grant,
+		Image:    img,
+		Boot:     decide.BootIdentity{BootID: rec.BootID, SoftRebootCount: rec.SoftRebootCount},
+		Recorded: rec.Recorded,
+		Soft:     rec.Soft,
+	}
+	if o.Record.Boot != o.Boot {
+		// The settle deadline starts when this process first sees the
+		// record from another boot.
+		key := rec.Grant.String() + "/" + o.Boot.String()
+		if r.settleKey != key {
+			r.settleKey, r.settleDeadline = key, o.Now.Add(r.cfg.SettleTimeout)
+		}
+		o.SettleDeadline = r.settleDeadline
+	}
+	o.RebootIssued = r.rebootIssued != nil && *r.rebootIssued == rec.Grant
+}
+
+func (r *runner) identity(ctx context.Context) (decide.BootIdentity, bool, error) {
+	id, err := r.deps.Host.BootID()
+	if err != nil {
+		return decide.BootIdentity{}, false, err
+	}
+	if !lease.ValidBootID(id) {
+		return decide.BootIdentity{}, false, fmt.Errorf("boot ID %q is not a boot ID", id)
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CommandTimeout)
+	defer cancel()
+	n, supported, err := r.deps.Host.SoftRebootsCount(cctx)
+	if err != nil {
+		return decide.BootIdentity{}, false, fmt.Errorf("reading SoftRebootsCount: %w", err)
+	}
+	return decide.BootIdentity{BootID: id, SoftRebootCount: n}, supported, nil
+}
+
+func desiredOf(s string) decide.Desired {
+	if s == "" {
+		return decide.Desired{}
+	}
+	p, err := imageref.ParsePinned(s)
+	if err != nil {
+		return decide.Desired{Set: true, Invalid: err.Error()}
+	}
+	return decide.Desired{Set: true, Image: p}
+}
+
+func statusOf(st bootc.Status, in decide.BootIdentity) decide.Status {
+	dep := func(e *bootc.Entry) *decide.Deployment {
+		if e == nil {
+			return nil
+		}
+		p, _ := e.Pinned() // an entry without a registry digest matches no image
+		return &decide.Deployment{Image: p, DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
+			Signature: fleetv1.ImageSignature(e.Signature)}
+	}
+	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged)}
+}
+
+// carryOut performs the action.
+func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Action) (again bool, next time.Duration) {
+	next = r.cfg.PollInterval
+	switch a.Kind {
+	case decide.Nothing:
+	case decide.RereadLater:
+		next = r.cfg.RereadInterval
+	case decide.Stage:
+		if !r.startStage(ctx, o, a) {
+			return true, r.cfg.RereadInterval
+		}
+	case decide.CancelStage:
+		s := r.stage
+		r.cancelStage(ctx)
+		if a.TimedOut && s != nil {
+			r.stageTimedOut(s)
+		}
+		return true, next
+	case decide.ClearRecord:
+		return r.clearRecord(o, a), next
+	case decide.ApplyAndReboot:
+		return r.applyAndReboot(ctx, o, a), r.cfg.RereadInterval
+	}
+	return false, next
+}

@@ -1,0 +1,535 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/equality"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/metrics"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
+)
+
+// writeParallelism bounds the writes one pass has in flight: a wave of a
+// 1,000-node pool grants 100 slots, and written one after another they
+// would hold every release behind them for a second. On a loaded API server
+// a write takes a quarter of a second, and at 5,000 nodes a pass has 600
+// slot changes: at 16 in flight passes grew to half a minute, each holding
+// the next wave's releases behind it (1,011 nodes updated after 3 minutes,
+// against 2,949 at 64).
+const writeParallelism = 64
+
+// apply makes the plan's changes and stops at the first failure. Each slot's
+// changes of the pass are one Update of the Lease as read (a release and the
+// grant that hands the slot on are one write), so a concurrent writer makes
+// it fail with Conflict. Slots are independent, so their writes go out
+// concurrently, in rounds (slotRounds): what a grant counts on is written
+// before it. applied reports whether any slot changed.
+func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, in plan.Input, out plan.Output) (applied bool, err error) {
+	if err := r.parallel(ctx, len(out.CreateSlots), func(ctx context.Context, i int) error {
+		ref := out.CreateSlots[i]
+		l := plan.NewSlotLease(pool.Name, ref)
+		if err := controllerutil.SetOwnerReference(pool, l, r.client.Scheme()); err != nil {
+			return err
+		}
+		switch err := r.client.Create(ctx, l); {
+		case err == nil:
+			r.writes.wrote(pool.Name, kindLease, l)
+		case !kerrors.IsAlreadyExists(err):
+			return fmt.Errorf("creating slot Lease %s: %w", ref.Name, err)
+		}
+		return nil
+	}); err != nil {
+		return len(out.CreateSlots) > 0, err
+	}
+	applied = len(out.CreateSlots) > 0
+	for _, name := range out.DeleteSlots {
+		l := w.leases[name]
+		// Only the free slot as read: a grant written since makes this fail.
+		pre := client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}
+		if err := r.client.Delete(ctx, l, pre); err != nil && !kerrors.IsNotFound(err) {
+			return applied, fmt.Errorf("deleting surplus slot Lease %s: %w", name, err)
+		}
+		r.writes.deleted(pool.Name, kindLease, l)
+	}
+
+	for _, round := range slotRounds(out.Changes) {
+		written := make([]*coordinationv1.Lease, len(round))
+		err := r.parallel(ctx, len(round), func(ctx context.Context, i int) error {
+			l, err := r.applySlot(ctx, log, pool, w.leases[round[i][0].Slot], round[i], in.Now)
+			written[i] = l
+			return err
+		})
+		for _, l := range written {
+			if l != nil {
+				w.leases[l.Name] = l
+				applied = true
+			}
+		}
+		if err != nil {
+			return applied, err
+		}
+	}
+	for _, node := range out.StopDrains {
+		r.drains.stop(node)
+	}
+	for _, d := range out.StartDrains {
+		log.Info("draining node", "node", d.Node, "grant", d.Grant.String(), "timeout", d.Timeout.String())
+		r.drains.start(pool.Name, d.Node, d.Grant, d.Timeout)
+	}
+
+	if err := r.applyBootcNodes(ctx, log, pool, w, out); err != nil {
+		return applied, err
+	}
+
+	// Events once the slots and BootcNodes they describe are written; a
+	// status update that fails next does not take them back.
+	r.recordEvents(pool, w, out)
+	if err := r.writeStatus(ctx, pool, out.Status); err != nil {
+		return applied, err
+	}
+	r.observeMetrics(pool.Name, w, in, out)
+	return applied, nil
+}
+
+// statusEvery is how often a pool's status is written when only its counts
+// and messages changed: a busy pool passes many times a second, and one
+// status write per pass was the largest share of the coordinator's writes.
+const statusEvery = time.Second
+
+// writeStatus writes the pool's new status now if a decision rests on what
+// changed (the conditions' status or reason, the target image, the observed
+// generation: the planner reads those back to tell transitions), else at
+// most every statusEvery; a pass that leaves one unwritten is followed by
+// another in time to write it (statusDue).
+func (r *poolReconciler) writeStatus(ctx context.Context, pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus) error {
+	// Pacing of writes, not a decision: the process's own clock.
+	now := time.Now()
+	if equality.Semantic.DeepEqual(pool.Status, st) {
+		r.setStatusDue(pool.Name, 0)
+		return nil
+	}
+	r.mu.Lock()
+	last := r.statusWritten[pool.Name]
+	r.mu.Unlock()
+	if !statusUrgent(pool.Status, st) && now.Sub(last) < statusEvery {
+		r.setStatusDue(pool.Name, last.Add(statusEvery).Sub(now))
+		return nil
+	}
+	p := pool.DeepCopy()
+	p.Status = st
+	if err := r.client.Status().Update(ctx, p); err != nil {
+		return fmt.Errorf("updating pool status: %w", err)
+	}
+	r.writes.wrote(pool.Name, kindPool, p)
+	r.mu.Lock()
+	r.statusWritten[pool.Name] = now
+	r.mu.Unlock()
+	r.setStatusDue(pool.Name, 0)
+	return nil
+}
+
+func (r *poolReconciler) setStatusDue(pool string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d <= 0 {
+		delete(r.statusDue, pool)
+		return
+	}
+	r.statusDue[pool] = d
+}
+
+// statusUrgent: b differs from a in something the planner reads back.
+func statusUrgent(a, b fleetv1.BootcNodePoolStatus) bool {
+	if a.ObservedGeneration != b.ObservedGeneration || a.TargetImage != b.TargetImage || len(a.Conditions) != len(b.Conditions) {
+		return true
+	}
+	for _, c := range b.Conditions {
+		old := meta.FindStatusCondition(a.Conditions, c.Type)
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.ObservedGeneration != c.ObservedGeneration {
+			return true
+		}
+	}
+	return false
+}
+
+// slotRounds groups the pass's changes by slot (in the plan's order within
+// each slot: a release and the grant handing the slot on are one write) and
+// orders the slots into rounds, each written concurrently once the one
+// before succeeded, so a grant is never written after a failed release it
+// was counted on: a reboot grant counts on the reboot slots freed and on its
+// node's own stage slot being released, a stage grant on the stage slots
+// freed. Reboot grants do not wait behind a wave of stage releases.
+func slotRounds(changes []plan.SlotChange) [][][]plan.SlotChange {
+	var order []string
+	by := map[string][]plan.SlotChange{}
+	rebootGranted := map[string]bool{}
+	for _, c := range changes {
+		if _, ok := by[c.Slot]; !ok {
+			order = append(order, c.Slot)
+		}
+		by[c.Slot] = append(by[c.Slot], c)
+		if c.Op == plan.OpGrant && c.Kind == lease.KindReboot {
+			rebootGranted[c.Node] = true
+		}
+	}
+	rounds := make([][][]plan.SlotChange, 3)
+	for _, slot := range order {
+		chain := by[slot]
+		grant := slices.ContainsFunc(chain, func(c plan.SlotChange) bool { return c.Op == plan.OpGrant })
+		kind := chain[0].Kind
+		switch {
+		case !grant && (kind == lease.KindReboot || rebootGranted[chain[0].Node]):
+			rounds[0] = append(rounds[0], chain)
+		case kind == lease.KindReboot || !grant:
+			rounds[1] = append(rounds[1], chain)
+		default:
+			rounds[2] = append(rounds[2], chain)
+		}
+	}
+	return rounds
+}
+
+// parallel runs do(0..n-1), at most writeParallelism at a time, and returns
+// the first error; after one, no new call starts.
+func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx context.Context, i int) error) error {
+	if n == 1 {
+		return do(ctx, 0)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(writeParallelism)
+	for i := range n {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return do(gctx, i) })
+	}
+	return g.Wait()
+}
+
+// recordEvents records the plan's Events. Every Event is an API write, so
+// routine progress about a node is recorded once: staging on its BootcNode
+// (a download does not touch the Node), everything else (cordon, drain,
+// reboot, revokes) on its Node, with the pool as related object, so
+// `kubectl describe node` tells every disruption and `kubectl bootc-fleet
+// explain`, which reads both, the whole story. A Warning about a node goes
+// on the Node, the BootcNode and the pool, with the Node as related object
+// there (without it events.k8s.io/v1 would fold the Events of different
+// nodes with the same reason into one series that keeps the first note).
+func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, out plan.Output) {
+	for _, e := range out.Events {
+		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
+			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			continue
+		}
+		uid, ok := w.nodeUIDs[e.Node]
+		if e.Node == "" || !ok {
+			r.recorder.Eventf(pool, nil, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			continue
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.Node, UID: uid}}
+		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		bn := w.bootcNodes[e.Node]
+		onBootcNode := bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name
+		warning := e.Type != corev1.EventTypeNormal
+		if warning {
+			r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		}
+		if !onBootcNode || !stagingProgress(e) {
+			r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		}
+		if onBootcNode && (warning || stagingProgress(e)) {
+			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		}
+	}
+}
+
+// stagingProgress: a Normal Event about a node's download (amendment 16).
+func stagingProgress(e plan.Event) bool {
+	return e.Type == corev1.EventTypeNormal && e.Reason == plan.EventStaged
+}
+
+// applySlot makes one slot's changes of the pass on read with one Update and
+// returns the Lease written (nil if none was). The nodes whose cordon a
+// change lifts are uncordoned first: if we stop in between, the grant is
+// still there to say the cordon was ours. A reboot grant (or a Draining
+// grant whose node lost its cordon) is then cordoned, and its drain started.
+func (r *poolReconciler) applySlot(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, read *coordinationv1.Lease, chain []plan.SlotChange, now time.Time) (*coordinationv1.Lease, error) {
+	if read == nil {
+		return nil, fmt.Errorf("slot Lease %s vanished", chain[0].Slot)
+	}
+	var cordon *plan.SlotChange
+	l := read.DeepCopy()
+	changed := false
+	for i, c := range chain {
+		if c.Uncordon {
+			if err := r.uncordon(ctx, pool.Name, c.Node); err != nil && !kerrors.IsNotFound(err) {
+				return nil, err
+			}
+		}
+		if c.Op == plan.OpCordon || (c.Op == plan.OpGrant && c.Kind == lease.KindReboot) {
+			cordon = &chain[i]
+		}
+		if c.Op != plan.OpCordon {
+			plan.ApplyToLease(l, c, now, r.opts.LeaseDuration)
+			changed = true
+		}
+	}
+	var written *coordinationv1.Lease
+	if changed {
+		if err := r.client.Update(ctx, l); err != nil {
+			last := chain[len(chain)-1]
+			return nil, fmt.Errorf("%s slot %s for node %s: %w", ops(chain), last.Slot, last.Node, err)
+		}
+		r.writes.wrote(pool.Name, kindLease, l)
+		written = l
+		for _, c := range chain {
+			r.slotChanged(log, pool.Name, c, now)
+		}
+	}
+	if cordon == nil {
+		return written, nil
+	}
+	return written, r.cordon(ctx, log, pool.Name, l, *cordon)
+}
+
+func ops(chain []plan.SlotChange) string {
+	var s []string
+	for _, c := range chain {
+		s = append(s, string(c.Op))
+	}
+	return strings.Join(s, "+")
+}
+
+// slotChanged logs a written change and counts it.
+func (r *poolReconciler) slotChanged(log logr.Logger, pool string, c plan.SlotChange, now time.Time) {
+	if c.Op == plan.OpCordon {
+		return
+	}
+	log.Info("slot "+string(c.Op), "slot", c.Slot, "node", c.Node, "why", c.Why, "image", c.Image.String())
+	switch c.Op {
+	case plan.OpGrant:
+		metrics.Grants.WithLabelValues(pool, string(c.Kind)).Inc()
+		r.mu.Lock()
+		if since, ok := r.waiting[waitKey(pool, c.Node, c.Kind)]; ok {
+			metrics.GrantLatency.WithLabelValues(pool, string(c.Kind)).Observe(now.Sub(since).Seconds())
+			delete(r.waiting, waitKey(pool, c.Node, c.Kind))
+		}
+		r.mu.Unlock()
+	case plan.OpRevoke:
+		metrics.Revokes.WithLabelValues(pool, c.Why).Inc()
+	case plan.OpMarkFailed:
+		metrics.Failures.WithLabelValues(pool, c.Failure).Inc()
+	}
+}
+
+// cordon cordons the node of the Draining grant l, marking the Node with the
+// grant in the same update, records on the grant that the cordon is ours
+// when this call made it (amendment 21), and starts its drain: an admin's
+// cordon made a moment before the grant stays the admin's.
+func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool string, l *coordinationv1.Lease, c plan.SlotChange) error {
+	g, err := lease.Parse(l)
+	if err != nil {
+		return fmt.Errorf("cordoning for slot %s: %w", c.Slot, err)
+	}
+	was, node, err := r.opts.Drainer.Cordon(ctx, c.Node, lease.CordonMark(g.ID), r.cachedNode(ctx, c.Node))
+	if err != nil {
+		return fmt.Errorf("cordoning node %s: %w", c.Node, err)
+	}
+	if node != nil {
+		r.writes.wrote(pool, kindNode, node)
+	}
+	if was {
+		log.Info("node was cordoned already, not by this cordon call; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
+	}
+	// Record the call's answer on the grant at once (amendments 21, 23):
+	// from then on only this record says whose cordon it is, and a mark
+	// copied onto the Node counts for nothing. Stopped before it, the grant
+	// still says pending, and the mark written in the cordon's own update
+	// says the cordon is ours.
+	pending := l.Annotations[lease.AnnotationCordonedByUs] == plan.CordonPending
+	if (was && pending) || (!was && node != nil) {
+		rec := l.DeepCopy()
+		plan.RecordCordon(rec, !was)
+		if err := r.client.Update(ctx, rec); err != nil {
+			return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
+		}
+		r.writes.wrote(pool, kindLease, rec)
+	}
+	if c.DrainTimeout > 0 && r.drains.startOnce(pool, c.Node, g.ID, c.DrainTimeout) {
+		log.V(1).Info("drain started", "node", c.Node, "grant", g.ID.String(), "timeout", c.DrainTimeout.String())
+	}
+	return nil
+}
+
+// cachedNode is the cache's copy of node, nil if it has none.
+func (r *poolReconciler) cachedNode(ctx context.Context, node string) *corev1.Node {
+	var n corev1.Node
+	if err := r.client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		return nil
+	}
+	return &n
+}
+
+func (r *poolReconciler) uncordon(ctx context.Context, pool, node string) error {
+	n, err := r.opts.Drainer.Uncordon(ctx, node, r.cachedNode(ctx, node))
+	if err != nil {
+		return fmt.Errorf("uncordoning node %s: %w", node, err)
+	}
+	if n != nil {
+		r.writes.wrote(pool, kindNode, n)
+	}
+	return nil
+}
+
+func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
+	created := make([]*fleetv1.BootcNode, len(out.CreateBootcNodes))
+	err := r.parallel(ctx, len(out.CreateBootcNodes), func(ctx context.Context, i int) error {
+		c := out.CreateBootcNodes[i]
+		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+		bn.SetNoPlatformImage(c.NoPlatformImage)
+		bn.SetRollout(c.RolloutState, c.RolloutReason)
+		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
+			return err
+		}
+		switch err := r.client.Create(ctx, bn); {
+		case err == nil:
+			r.writes.wrote(pool.Name, kindBootcNode, bn)
+			created[i] = bn
+			logBootcNode(log, "BootcNode created", c)
+		case !kerrors.IsAlreadyExists(err):
+			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
+		}
+		return nil
+	})
+	for _, bn := range created {
+		if bn != nil {
+			w.bootcNodes[bn.Name] = bn
+		}
+	}
+	if err != nil {
+		return err
+	}
+	// Existing BootcNodes are written in the background (bootcNodeWriter).
+	for _, c := range out.UpdateBootcNodes {
+		read := w.bootcNodes[c.Name]
+		onlyNotes := read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
+		r.bootcNodes.set(pool.Name, c, onlyNotes)
+	}
+	for _, name := range out.DeleteBootcNodes {
+		bn := w.bootcNodes[name]
+		if bn == nil {
+			continue
+		}
+		r.bootcNodes.forget(name)
+		pre := client.Preconditions{UID: &bn.UID}
+		if err := r.client.Delete(ctx, bn, pre); err != nil && !kerrors.IsNotFound(err) {
+			return fmt.Errorf("deleting BootcNode %s: %w", name, err)
+		}
+		r.writes.deleted(pool.Name, kindBootcNode, bn)
+	}
+	return nil
+}
+
+func logBootcNode(log logr.Logger, msg string, c plan.BootcNodeChange) {
+	if c.NoPlatformImage != "" {
+		log.Info(msg+": no image for the node's platform, so no desired image and no grants", "node", c.Name, "why", c.NoPlatformImage)
+		return
+	}
+	log.V(1).Info(msg, "node", c.Name, "desiredImage", c.Spec.DesiredImage, "rolloutState", c.RolloutState)
+}
+
+func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node + "/" + string(k) }
+
+// observeMetrics sets the gauges from what this reconcile saw and wrote, and
+// notes when nodes start waiting for a slot (for GrantLatency).
+func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input, out plan.Output) {
+	held := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
+	holders := map[string]bool{}
+	for _, l := range w.leases {
+		if s, ok := plan.ParseSlot(pool, l); ok && s.State != plan.SlotFree {
+			held[s.Kind]++
+			holders[s.Holder] = true
+		}
+	}
+	for k, n := range held {
+		metrics.SlotsHeld.WithLabelValues(pool, string(k)).Set(float64(n))
+	}
+	phases := map[fleetv1.NodePhase]int{}
+	for _, p := range []fleetv1.NodePhase{fleetv1.PhaseIdle, fleetv1.PhaseWaiting, fleetv1.PhaseStaging, fleetv1.PhaseStaged, fleetv1.PhaseRebooting, fleetv1.PhaseDegraded} {
+		phases[p] = 0
+	}
+	members := map[string]bool{}
+	for _, n := range in.Nodes {
+		members[n.Name] = n.InPool
+	}
+	for _, bn := range in.BootcNodes {
+		if members[bn.Name] && bn.Status.Phase != "" {
+			phases[bn.Status.Phase]++
+		}
+	}
+	for p, n := range phases {
+		metrics.NodesByPhase.WithLabelValues(pool, string(p)).Set(float64(n))
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := in.Now
+	waiting := map[string]bool{}
+	for _, bn := range in.BootcNodes {
+		if !members[bn.Name] || holders[bn.Name] {
+			continue
+		}
+		var kind lease.Kind
+		switch bn.Status.Phase {
+		case fleetv1.PhaseWaiting:
+			kind = lease.KindStage
+		case fleetv1.PhaseStaged:
+			kind = lease.KindReboot
+		default:
+			continue
+		}
+		key := waitKey(pool, bn.Name, kind)
+		waiting[key] = true
+		if _, ok := r.waiting[key]; !ok {
+			r.waiting[key] = now
+		}
+	}
+	// A node that stopped waiting without a grant (left the pool, was
+	// deleted, went Degraded) takes its clock with it.
+	for k := range r.waiting {
+		if strings.HasPrefix(k, pool+"/") && !waiting[k] {
+			delete(r.waiting, k)
+		}
+	}
+}
+
+func setCondition(st *fleetv1.BootcNodePoolStatus, typ string, status metav1.ConditionStatus, reason, msg string, gen int64) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+// forgetPool drops the GrantLatency clocks of a deleted pool's nodes.
+func (r *poolReconciler) forgetPool(pool string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.waiting {
+		if strings.HasPrefix(k, pool+"/") {
+			delete(r.waiting, k)
+		}
+	}
+}

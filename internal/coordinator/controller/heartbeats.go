@@ -1,0 +1,74 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
+)
+
+// heartbeats times each node's reports on the coordinator's own clock: the
+// agent writes no Lease, and its status.lastReportTime is its own clock's
+// reading, so only a change of that value counts, at the moment this
+// coordinator first saw it (as the node lifecycle controller times kubelet
+// Leases: kubernetes pkg/controller/nodelifecycle, probeTimestamp). A
+// restarted coordinator starts from "seen now": it may wait up to one lease
+// duration longer than needed, never shorter.
+type heartbeats struct {
+	mu    sync.Mutex
+	nodes map[string]*seenReport
+}
+
+type seenReport struct {
+	uid      string
+	report   string // status.lastReportTime as written
+	desired  string // spec.desiredImage
+	seen     time.Time
+	specSeen time.Time
+}
+
+func newHeartbeats() *heartbeats { return &heartbeats{nodes: map[string]*seenReport{}} }
+
+// observe records what bns show at now and returns the pool's view.
+func (h *heartbeats) observe(bns []fleetv1.BootcNode, now time.Time) map[string]plan.Heartbeat {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]plan.Heartbeat, len(bns))
+	for i := range bns {
+		bn := &bns[i]
+		report := ""
+		if bn.Status.LastReportTime != nil {
+			report = bn.Status.LastReportTime.UTC().Format(time.RFC3339Nano)
+		}
+		s := h.nodes[bn.Name]
+		if s == nil || s.uid != string(bn.UID) {
+			s = &seenReport{uid: string(bn.UID), report: report, desired: bn.Spec.DesiredImage, seen: now, specSeen: now}
+			h.nodes[bn.Name] = s
+		}
+		if s.report != report {
+			s.report, s.seen = report, now
+		}
+		if s.desired != bn.Spec.DesiredImage {
+			s.desired, s.specSeen = bn.Spec.DesiredImage, now
+		}
+		hb := plan.Heartbeat{SpecSeen: s.specSeen}
+		if report != "" {
+			hb.Seen = s.seen
+		}
+		out[bn.Name] = hb
+	}
+	return out
+}
+
+// forgetGone drops what it remembers of nodes whose BootcNode is gone, or
+// was made again (another UID). all is every BootcNode the cache holds.
+func (h *heartbeats) forgetGone(all map[string]*fleetv1.BootcNode) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name, s := range h.nodes {
+		if bn, ok := all[name]; !ok || string(bn.UID) != s.uid {
+			delete(h.nodes, name)
+		}
+	}
+}

@@ -1,0 +1,392 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/metrics"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
+)
+
+// poolReconciler reconciles one BootcNodePool at a time: read, Plan, write.
+type poolReconciler struct {
+	client client.Client // reads from the informer cache
+	// apiReader reads from the API server (an undecodable pool, unstructured).
+	apiReader client.Reader
+	// undecodable: BootcNodes and pools the cache set aside.
+	undecodable *undecodables
+	writes      *ownWrites // what the cache must show before a pass plans
+	// bootcNodes writes existing BootcNodes in the background.
+	bootcNodes *bootcNodeWriter
+	recorder   recorder.EventRecorder
+	drains     *drainTracker
+	targets    *targetCache
+	seen       *heartbeats
+	slotClock  *slotClock // timers of slot records on this process's clock
+	stages     *stageTimers
+	opts       Options
+	log        logr.Logger
+
+	mu      sync.Mutex
+	waiting map[string]time.Time // pool/node/kind -> first seen waiting, for GrantLatency
+	// statusWritten: when each pool's status was last written; statusDue:
+	// how soon a status left unwritten must be (writeStatus).
+	statusWritten map[string]time.Time
+	statusDue     map[string]time.Duration
+}
+
+func (r *poolReconciler) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("bootcnodepool").
+		// A FIFO queue, not controller-runtime's priority queue: that one
+		// puts every pool read at startup behind every pool with an event,
+		// for good. After a restart, a pool with no events of its own (a
+		// new pool: its nodes have no BootcNodes to report on yet) then
+		// waits as long as busy pools keep the workers occupied, which under
+		// load can be minutes. Pools take turns here.
+		WithOptions(controller.Options{SkipNameValidation: ptrTrue(), MaxConcurrentReconciles: r.opts.Workers, UsePriorityQueue: ptrFalse()}).
+		For(&fleetv1.BootcNodePool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNode), builder.WithPredicates(nodeChanged())).
+		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(poolOfLease)).
+		WatchesRawSource(source.Channel(r.drains.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
+		WatchesRawSource(source.Channel(r.undecodable.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
+		Complete(r)
+}
+
+func ptrTrue() *bool  { t := true; return &t }
+func ptrFalse() *bool { f := false; return &f }
+
+// poolsOfNode maps a Node to every pool whose selector matches it, and to the
+// pool of its BootcNode (so a node leaving a pool reaches that pool).
+func (r *poolReconciler) poolsOfNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var pools fleetv1.BootcNodePoolList
+	if err := r.client.List(ctx, &pools); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []reconcile.Request
+	add := func(name string) {
+		if name != "" && !seen[name] {
+			seen[name] = true
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+		}
+	}
+	for i := range pools.Items {
+		if sel, err := metav1.LabelSelectorAsSelector(&pools.Items[i].Spec.NodeSelector); err == nil && !sel.Empty() && sel.Matches(labels.Set(o.GetLabels())) {
+			add(pools.Items[i].Name)
+		}
+	}
+	var bn fleetv1.BootcNode
+	if err := r.client.Get(ctx, types.NamespacedName{Name: o.GetName()}, &bn); err == nil {
+		add(bn.Spec.Pool)
+	}
+	return out
+}
+
+func poolOfBootcNode(_ context.Context, o client.Object) []reconcile.Request {
+	bn, ok := o.(*fleetv1.BootcNode)
+	if !ok || bn.Spec.Pool == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: bn.Spec.Pool}}}
+}
+
+func poolOfLease(_ context.Context, o client.Object) []reconcile.Request {
+	if p := o.GetLabels()[lease.LabelPool]; p != "" && o.GetNamespace() == lease.Namespace {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p}}}
+	}
+	return nil
+}
+
+// nodeChanged passes Node events that can change a decision (not
+// heartbeats): labels, cordon, Ready, boot ID, and the platform that picks a
+// node's image from a multi-arch index.
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		a, okA := e.ObjectOld.(*corev1.Node)
+		b, okB := e.ObjectNew.(*corev1.Node)
+		if !okA || !okB {
+			return true
+		}
+		return !labels.Equals(a.Labels, b.Labels) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
+			a.Annotations[lease.NodeAnnotationCordonedFor] != b.Annotations[lease.NodeAnnotationCordonedFor] ||
+			a.Annotations[fleetv1.AnnotationHold] != b.Annotations[fleetv1.AnnotationHold] || hasHold(a) != hasHold(b) ||
+			nodeReady(a) != nodeReady(b) || a.Status.NodeInfo.BootID != b.Status.NodeInfo.BootID ||
+			a.Status.NodeInfo.OperatingSystem != b.Status.NodeInfo.OperatingSystem || a.Status.NodeInfo.Architecture != b.Status.NodeInfo.Architecture
+	}}
+}
+
+func hasHold(n *corev1.Node) bool {
+	_, ok := n.Annotations[fleetv1.AnnotationHold]
+	return ok
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := r.log.WithValues("pool", req.Name)
+	began := time.Now()
+	if n := r.writes.awaitKinds(ctx, req.Name, r.client, cacheWait, kindLease, kindPool, kindNode); n > 0 {
+		// Planned on anyway: a Lease write made on a stale read conflicts.
+		log.Info("the cache did not show this coordinator's last writes in time; planning on it anyway", "writes", n, "waited", cacheWait.String())
+	}
+	awaited := time.Now()
+	var pool fleetv1.BootcNodePool
+	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Slot Leases and BootcNodes carry an ownerReference to the pool
+			// and go with it.
+			r.targets.forget(req.Name)
+			r.stages.forget(req.Name)
+			r.writes.forget(req.Name)
+			r.mu.Lock()
+			delete(r.statusWritten, req.Name)
+			delete(r.statusDue, req.Name)
+			r.mu.Unlock()
+			r.drains.forgetExcept(req.Name, nil)
+			r.forgetPool(req.Name)
+			r.slotClock.forget(req.Name)
+			metrics.ForgetPool(req.Name)
+			if u, ok := r.undecodable.get(kindPool, req.Name); ok {
+				// Not gone: set aside, so it gets no action; say why on it,
+				// and look again later (it is in no cache to wake us).
+				return reconcile.Result{RequeueAfter: r.opts.RequeueInterval}, r.reportUndecodablePool(ctx, u)
+			}
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if pool.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	now := r.opts.Clock()
+	tgt, untilResolve := r.targets.get(ctx, &pool, now)
+
+	w, err := r.observe(ctx, &pool)
+	if err != nil {
+		if errors.Is(err, errInvalidSelector) {
+			return reconcile.Result{}, r.invalidSpec(ctx, &pool, err)
+		}
+		return reconcile.Result{}, err
+	}
+	in := w.input
+	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
+	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
+	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
+	r.seen.forgetGone(w.bootcNodes)
+	r.slotClock.observe(pool.Name, in.Slots, now)
+	in.GrantsSeen, in.UngrantedStagingSince = r.stages.observe(req.Name, in.Slots, now)
+	if tgt.err == "" {
+		in.ResolvedAt = tgt.ok
+	}
+	observed := time.Now()
+	out := plan.Plan(in)
+	r.stages.sawUngranted(req.Name, out.StagingWithoutGrant, now)
+	r.noteUndecodable(&pool, &out.Status)
+
+	planned := time.Now()
+	applied, err := r.apply(ctx, log, &pool, w, in, out)
+	log.V(1).Info("pass", "slotChanges", len(out.Changes), "bootcNodeWrites", len(out.CreateBootcNodes)+len(out.UpdateBootcNodes),
+		"events", len(out.Events), "readAndPlan", planned.Sub(began).String(), "write", time.Since(planned).String(),
+		"awaitOwnWrites", awaited.Sub(began).String(), "observe", observed.Sub(awaited).String(), "plan", planned.Sub(observed).String())
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			// Someone else changed a Lease or the pool since we read it:
+			// read again and plan again.
+			log.V(1).Info("conflict, replanning", "error", err.Error())
+			metrics.Conflicts.WithLabelValues(req.Name).Inc()
+			return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	after := min(r.opts.RequeueInterval, untilResolve)
+	if out.RequeueAfter > 0 {
+		after = min(after, out.RequeueAfter)
+	}
+	r.mu.Lock()
+	due, ok := r.statusDue[req.Name]
+	r.mu.Unlock()
+	if ok {
+		after = min(after, due)
+	}
+	if applied {
+		after = min(after, time.Second)
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+var errInvalidSelector = errors.New("invalid spec.nodeSelector")
+
+// cacheWait bounds how long a pass waits for the cache to show the previous
+// pass's writes; watch events normally arrive within milliseconds.
+const cacheWait = 5 * time.Second
+
+// Kinds of objects the coordinator writes, for ownWrites.
+const (
+	kindLease     = "Lease"
+	kindBootcNode = "BootcNode"
+	kindPool      = "BootcNodePool"
+	kindNode      = "Node"
+)
+
+func newObject(kind string) client.Object {
+	switch kind {
+	case kindLease:
+		return &coordinationv1.Lease{}
+	case kindBootcNode:
+		return &fleetv1.BootcNode{}
+	case kindPool:
+		return &fleetv1.BootcNodePool{}
+	default:
+		return &corev1.Node{}
+	}
+}
+
+// observed is one read of a pool's world from the cache (after ownWrites).
+type observed struct {
+	input      plan.Input
+	leases     map[string]*coordinationv1.Lease // slot Leases by name, as read
+	bootcNodes map[string]*fleetv1.BootcNode
+	nodeUIDs   map[string]types.UID // the Nodes Events are recorded on
+}
+
+func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePool) (*observed, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&pool.Spec.NodeSelector)
+	if err != nil || sel.Empty() {
+		return nil, fmt.Errorf("%w: %v", errInvalidSelector, err)
+	}
+	var pools fleetv1.BootcNodePoolList
+	if err := r.client.List(ctx, &pools); err != nil {
+		return nil, err
+	}
+	others := map[string]labels.Selector{}
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if p.Name == pool.Name || p.DeletionTimestamp != nil {
+			continue
+		}
+		if s, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector); err == nil && !s.Empty() {
+			others[p.Name] = s
+		}
+	}
+	// The cache's own objects, not copies: a pass only reads them (every
+	// write starts from a DeepCopy), and at 5,000 nodes copying the three
+	// lists on every pass was most of the coordinator's garbage.
+	var nodes corev1.NodeList
+	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	// From the cache, which shows at least this coordinator's own writes
+	// (ownWrites). A grant planned on a slot as read is written conditionally
+	// on that read, so a stale slot cannot exceed the budget: it conflicts.
+	var leases coordinationv1.LeaseList
+	if err := r.client.List(ctx, &leases, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing slot Leases: %w", err)
+	}
+	var bns fleetv1.BootcNodeList
+	if err := r.client.List(ctx, &bns, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing BootcNodes: %w", err)
+	}
+
+	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}, nodeUIDs: map[string]types.UID{}}
+	w.input.Pool = pool
+	wanted := map[string]bool{} // nodes the pool refers to
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		s, ok := plan.ParseSlot(pool.Name, l)
+		if !ok {
+			continue
+		}
+		w.leases[l.Name] = l
+		w.input.Slots = append(w.input.Slots, s)
+		if s.Holder != "" {
+			wanted[s.Holder] = true
+		}
+	}
+	for i := range bns.Items {
+		bn := &bns.Items[i]
+		if bn.Spec.Pool == pool.Name {
+			wanted[bn.Name] = true
+		}
+		w.bootcNodes[bn.Name] = bn
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		in := sel.Matches(labels.Set(n.Labels))
+		if !in && !wanted[n.Name] {
+			continue
+		}
+		pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID,
+			OS: n.Status.NodeInfo.OperatingSystem, Arch: n.Status.NodeInfo.Architecture,
+			CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
+		pn.HoldReason, pn.Held = n.Annotations[fleetv1.AnnotationHold]
+		w.nodeUIDs[n.Name] = n.UID
+		if in {
+			for name, s := range others {
+				if s.Matches(labels.Set(n.Labels)) {
+					pn.OtherPools = append(pn.OtherPools, name)
+				}
+			}
+			sort.Strings(pn.OtherPools)
+		}
+		w.input.Nodes = append(w.input.Nodes, pn)
+	}
+	present := map[string]bool{}
+	for _, n := range w.input.Nodes {
+		present[n.Name] = true
+	}
+	for name, bn := range w.bootcNodes {
+		if present[name] || bn.Spec.Pool == pool.Name {
+			w.input.BootcNodes = append(w.input.BootcNodes, *bn)
+		}
+	}
+	sort.Slice(w.input.BootcNodes, func(i, j int) bool { return w.input.BootcNodes[i].Name < w.input.BootcNodes[j].Name })
+	return w, nil
+}
+
+// invalidSpec reports a selector the API server accepted but that selects
+// nothing usable; nothing else is done for the pool.
+func (r *poolReconciler) invalidSpec(ctx context.Context, pool *fleetv1.BootcNodePool, cause error) error {
+	st := pool.Status.DeepCopy()
+	st.ObservedGeneration = pool.Generation
+	setCondition(st, fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonInvalidSpec, cause.Error()+": fix spec.nodeSelector", pool.Generation)
+	pool.Status = *st
+	if err := r.client.Status().Update(ctx, pool); err != nil {
+		return err
+	}
+	r.writes.wrote(pool.Name, kindPool, pool)
+	return nil
+}
