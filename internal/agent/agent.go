@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 )
 
 // Bootc runs the bootc CLI (internal/agent/bootc.CLI in production).

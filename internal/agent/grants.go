@@ -7,8 +7,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 )
 
 // held is a grant the informer shows for this node, with the agent's own

@@ -3,11 +3,11 @@ package agent
 import (
 	"context"
 
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
-	"github.com/bootc-fleet/bootc-fleet/api/imageref"
-	"github.com/bootc-fleet/bootc-fleet/api/lease"
 )
 
 // clearRecord removes the reboot record (marking its grant spent first when

@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 )
 
 // maxConditionMessage bounds a condition message (the API's limit is 32768).

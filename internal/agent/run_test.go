@@ -14,14 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
-	"github.com/bootc-fleet/bootc-fleet/api/imageref"
-	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )

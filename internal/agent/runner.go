@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 )
 
 // A staged deployment that bootc did not verify is not staged once the

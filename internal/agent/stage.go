@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 )
 
 // startStage confirms the stage grant with a consistent read and starts the

@@ -13,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
-	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 

@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )

@@ -12,9 +12,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"

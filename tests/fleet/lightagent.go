@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )

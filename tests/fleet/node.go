@@ -11,10 +11,10 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
-	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )

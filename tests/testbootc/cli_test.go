@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"sigs.k8s.io/yaml"
 )
 

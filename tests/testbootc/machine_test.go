@@ -11,8 +11,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 )
 
 const (

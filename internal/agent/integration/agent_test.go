@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
 	"github.com/bootc-fleet/bootc-fleet/tests/notifysock"

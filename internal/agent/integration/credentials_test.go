@@ -16,8 +16,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 )
 
 // These tests run the real agent with the kubeconfig shapes of real nodes:

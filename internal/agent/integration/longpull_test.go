@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
