@@ -87,7 +87,7 @@ chaos: ## Randomized fault campaign over SEEDS seeds (default 100), BATCH (defau
 .PHONY: bench
 bench: ## Benchmarks: parsers, decision, planner, resolver, agent idle cost, fleet scale.
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) test -count=1 -run '^$$' -bench . -benchmem -timeout 30m \
-	  ./api/... ./agent/... ./coordinator/... ./tests/fleet/...
+	  ./api/... ./internal/... ./tests/fleet/...
 
 .PHONY: bench-bound
 bench-bound: ## Rollout vs its lower bound: BENCH_NODES=100 (1000,5000 on a quiet machine), BENCH_AGENTS=real,light, BENCH_FILTER.
