@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 // AgentUnit is the unit packaging/image/install.sh installs and enables.
@@ -462,7 +462,7 @@ func builds(t *testing.T) binaries {
 		}
 		for _, b := range []struct{ out, pkg string }{
 			{"bootc-fleet-agent", "./cmd/bootc-fleet-agent"},
-			{"test-bootc", "./tests/testbootc/cmd/test-bootc"},
+			{"test-bootc", "./internal/sim/testbootc/cmd/test-bootc"},
 		} {
 			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(buildDir, b.out), b.pkg)
 			cmd.Dir = envtest.RepoRoot()

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"strings"
@@ -12,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 // FailingDownload: with maxStaging 1, the first node in the queue can never
@@ -38,7 +40,7 @@ func FailingDownload(ctx context.Context, f *Fleet, seed int64) Result {
 	v2 := p.Push("v2")
 	p.Create("v2", opts)
 	others := p.Nodes[1:]
-	if !waitFor(ctx, 120*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 120*time.Second, func() bool {
 		for _, n := range others {
 			if st := n.Machine.State(); n.Down() || st.Booted == nil || st.Booted.Image != v2 {
 				return false
@@ -53,7 +55,7 @@ func FailingDownload(ctx context.Context, f *Fleet, seed int64) Result {
 	// between its attempts, and after it lets go, it says StageFailed.
 	bn := &fleetv1.BootcNode{}
 	var getErr error
-	if !waitFor(ctx, 60*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool {
 		getErr = f.Env.Client.Get(ctx, client.ObjectKey{Name: bad.Name}, bn)
 		return getErr == nil && bn.Status.Reason == fleetv1.ReasonStageFailed
 	}) {
@@ -71,7 +73,7 @@ func FailingDownload(ctx context.Context, f *Fleet, seed int64) Result {
 			res.Problems = append(res.Problems, "no Event says the failing node let go of its stage slot")
 		}
 	}
-	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	sim.WaitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
 	fin := p.Final(v2)
 	fn := fin.Nodes[bad.Name]
 	fn.Healthy, fn.CannotStage = false, true // its download never works
@@ -109,7 +111,7 @@ func QuietAgent(ctx context.Context, f *Fleet, quietAfter time.Duration) Result 
 	p := f.AddPool(name, opts)
 	silent := p.Nodes[2]
 	v2 := p.Push("v2")
-	if !waitFor(ctx, 30*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 30*time.Second, func() bool {
 		bn := &fleetv1.BootcNode{}
 		return f.Env.Client.Get(ctx, client.ObjectKey{Name: silent.Name}, bn) != nil // no BootcNode before the pool
 	}) {
@@ -131,7 +133,7 @@ func QuietAgent(ctx context.Context, f *Fleet, quietAfter time.Duration) Result 
 	p.Create("v2", opts)
 	// Held, the node waits for a grant it cannot get: its Waiting report
 	// for v2 stays until the hold is lifted. The bound only guards a stall.
-	if !waitFor(ctx, 3*time.Minute, func() bool {
+	if !sim.WaitFor(ctx, 3*time.Minute, func() bool {
 		bn := &fleetv1.BootcNode{}
 		return f.Env.Client.Get(ctx, client.ObjectKey{Name: silent.Name}, bn) == nil && bn.Status.Phase == fleetv1.PhaseWaiting &&
 			bn.Spec.DesiredImage != "" && bn.Status.ObservedGeneration == bn.Generation
@@ -152,7 +154,7 @@ func QuietAgent(ctx context.Context, f *Fleet, quietAfter time.Duration) Result 
 	}
 	// Named in the pass the coordinator requeued for quietAfter after the
 	// last report it saw; the bound only guards a stall on a busy machine.
-	if !waitFor(ctx, quietAfter+3*time.Minute, func() bool { ok, _ := named(); return ok }) {
+	if !sim.WaitFor(ctx, quietAfter+3*time.Minute, func() bool { ok, _ := named(); return ok }) {
 		_, why := named()
 		res.Problems = append(res.Problems, "the pool never named the quiet node: "+why)
 	} else if took := time.Since(last); took < quietAfter {
@@ -162,7 +164,7 @@ func QuietAgent(ctx context.Context, f *Fleet, quietAfter time.Duration) Result 
 	if err := hold(false); err != nil {
 		res.Problems = append(res.Problems, "lifting the hold: "+err.Error())
 	}
-	if !waitFor(ctx, 120*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 120*time.Second, func() bool {
 		ok, _ := p.Converged(v2)
 		return ok && p.Status().Quiet == 0
 	}) {

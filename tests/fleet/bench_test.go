@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +13,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // BenchmarkFleetRollout rolls an image out to FLEET_NODES (default 1000)
@@ -55,7 +57,7 @@ func BenchmarkFleetRollout(b *testing.B) {
 		start := time.Now()
 		p.Create("v2", opts)
 		stopProgress := progress(p, v2, start, 30*time.Second)
-		converged := waitFor(context.Background(), 30*time.Minute, func() bool { ok, _ := p.Converged(v2); return ok })
+		converged := sim.WaitFor(context.Background(), 30*time.Minute, func() bool { ok, _ := p.Converged(v2); return ok })
 		stopProgress()
 		if !converged {
 			_, waiting := p.Converged(v2)

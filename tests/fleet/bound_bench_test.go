@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"os"
@@ -16,8 +18,8 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
 
 // The shape of BenchmarkRolloutBound: every node stages at once (maxStaging
@@ -64,7 +66,7 @@ func BenchmarkRolloutBound(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
-	bin, err := BuildProcBinaries(context.Background(), filepath.Join(b.TempDir(), "bin"))
+	bin, err := sim.BuildProcBinaries(context.Background(), filepath.Join(b.TempDir(), "bin"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,7 +135,7 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gets0, puts0, lists0 := harnessNodeGets.Load(), harnessNodeStatusPuts.Load(), harnessPodLists.Load()
+	gets0, puts0, lists0 := sim.HarnessRequests()
 	sctx, stopStatus := context.WithCancel(ctx)
 	defer stopStatus()
 	status, err := f.WatchStatus(sctx, v2)
@@ -146,7 +148,7 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	}
 	stop := progress(p, v2, created, 30*time.Second)
 	peakAnon := samplePeak(pid, time.Second, func(u ProcUsage) int64 { return u.RSSAnon })
-	done := waitFor(ctx, 30*time.Minute, func() bool {
+	done := sim.WaitFor(ctx, 30*time.Minute, func() bool {
 		ok, _ := p.Converged(v2)
 		return ok && rebootSlotsFree(ctx, f, p.Name)
 	})
@@ -165,7 +167,8 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gets, puts, lists := harnessNodeGets.Load()-gets0, harnessNodeStatusPuts.Load()-puts0, harnessPodLists.Load()-lists0
+	gets, puts, lists := sim.HarnessRequests()
+	gets, puts, lists = gets-gets0, puts-puts0, lists-lists0
 	t := ExtractTiming(p.Events(), p.Name, created)
 	lb := LowerBound(boundStage, boundReboot, n, m)
 	kind := "real agents (in-process)"

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -14,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 // ClusterFaults says whether a chaos seed may also crash the coordinator
@@ -204,7 +206,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go func(created time.Time) {
-		if waitFor(watchCtx, 5*time.Minute, func() bool { return p.Status().ObservedGeneration > 0 }) {
+		if sim.WaitFor(watchCtx, 5*time.Minute, func() bool { return p.Status().ObservedGeneration > 0 }) {
 			firstReconcile <- time.Since(created)
 		}
 	}(time.Now())
@@ -306,13 +308,13 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	if longStale >= 0 {
 		bound += 3 * behaviours[longStale].StaleAfterReboot // up to three reboots of that node
 	}
-	if !waitFor(ctx, bound, func() bool { return time.Since(start) > maxFault && settled() }) {
+	if !sim.WaitFor(ctx, bound, func() bool { return time.Since(start) > maxFault && settled() }) {
 		_, waiting := p.Converged(target)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not settle on %s (%s) within the bound; waiting for %s; pool %+v", last, target, waiting, p.Status()))
 		res.Problems = append(res.Problems, "cluster state: "+f.describe(ctx, p))
 	}
 	close(done)
-	waitFor(ctx, 5*time.Second, func() bool { return p.Status().Rebooting == 0 || (dead >= 0 && p.Halted()) })
+	sim.WaitFor(ctx, 5*time.Second, func() bool { return p.Status().Rebooting == 0 || (dead >= 0 && p.Halted()) })
 	budget := invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter}
 	fin := p.Final(target)
 	if dead >= 0 && p.Nodes[dead].Dead() {

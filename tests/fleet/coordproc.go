@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +15,7 @@ import (
 // defaults (intervals, lease duration, workers), metrics and probes off,
 // talking to the API server directly as the coordinator's ServiceAccount.
 func (f *Fleet) startCoordinatorProc() {
-	kc, err := f.Env.KubeconfigFor(f.dir, CoordinatorIdentity, "system:serviceaccounts", "system:serviceaccounts:bootc-fleet-system")
+	kc, err := f.Env.KubeconfigFor(f.dir, sim.CoordinatorIdentity, "system:serviceaccounts", "system:serviceaccounts:bootc-fleet-system")
 	if err != nil {
 		f.tb.Fatal(err)
 	}
@@ -38,8 +40,8 @@ func (f *Fleet) startCoordinatorProc() {
 	args = append(args, strings.Fields(os.Getenv("FLEET_COORDINATOR_ARGS"))...)
 	// FLEET_COORDINATOR_ENV adds environment, e.g. GOMEMLIMIT=230MiB to run
 	// it as the chart's memory limit makes it run in a container.
-	env := append(minimalEnv(), strings.Fields(os.Getenv("FLEET_COORDINATOR_ENV"))...)
-	p, err := startProc(f.coordBin, args, env, out)
+	env := append(sim.MinimalEnv(), strings.Fields(os.Getenv("FLEET_COORDINATOR_ENV"))...)
+	p, err := sim.StartProcess(f.coordBin, args, env, out)
 	if err != nil {
 		f.tb.Fatal(err)
 	}
@@ -79,7 +81,7 @@ func (f *Fleet) CoordinatorPID() int {
 	if f.coordProc == nil {
 		return 0
 	}
-	return f.coordProc.cmd.Process.Pid
+	return f.coordProc.PID()
 }
 
 // ProcUsage is a process's CPU time so far (user+system) and its resident

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"flag"
 	"fmt"
@@ -14,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 var failoverSeed = flag.Int64("failover-seed", 0, "seed of the failover tests' kill delays (default: the time)")
@@ -32,7 +34,7 @@ const takeoverBound = 90 * time.Second
 // and I1-I5 hold. The takeovers are logged.
 func TestProcFleetFailoverStaleStatus(t *testing.T) {
 	seed := failoverSeedOf(t)
-	f := startProcFleet(t, ProcOptions{Nodes: 4, Replicas: 2, StageTime: 500 * time.Millisecond,
+	f := startProcFleet(t, sim.ProcOptions{Nodes: 4, Replicas: 2, StageTime: 500 * time.Millisecond,
 		BootTime: 500 * time.Millisecond, StaleAfterReboot: 3 * time.Second})
 	ctx := context.Background()
 	v2, err := f.Push("v2")
@@ -53,7 +55,7 @@ func TestProcFleetFailoverStaleStatus(t *testing.T) {
 // is never lifted, by any leader.
 func TestProcFleetFailoverDrains(t *testing.T) {
 	seed := failoverSeedOf(t)
-	f := startProcFleet(t, ProcOptions{Nodes: 4, Replicas: 2, StageTime: 500 * time.Millisecond,
+	f := startProcFleet(t, sim.ProcOptions{Nodes: 4, Replicas: 2, StageTime: 500 * time.Millisecond,
 		BootTime: 500 * time.Millisecond, StaleAfterReboot: time.Second})
 	ctx := context.Background()
 	admin := f.Nodes[3].Name
@@ -122,7 +124,7 @@ func failoverSeedOf(t *testing.T) int64 {
 
 // killDuringRollout kills the leader three times while the rollout runs
 // and checks that each kill hit a rollout in flight.
-func killDuringRollout(t *testing.T, f *ProcFleet, seed int64, done func() bool) []Takeover {
+func killDuringRollout(t *testing.T, f *sim.ProcFleet, seed int64, done func() bool) []sim.Takeover {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -144,7 +146,7 @@ func killDuringRollout(t *testing.T, f *ProcFleet, seed int64, done func() bool)
 // judgeFailover checks I1-I5, one reboot per node under a grant, the test
 // bootc's own log (checkOneRebootEach), and logs the takeovers. Every node but except ends
 // uncordoned.
-func judgeFailover(t *testing.T, f *ProcFleet, target string, takeovers []Takeover, except string) {
+func judgeFailover(t *testing.T, f *sim.ProcFleet, target string, takeovers []sim.Takeover, except string) {
 	t.Helper()
 	checkOneRebootEach(t, f, target)
 	f.FillFirstWrites(takeovers)
@@ -164,9 +166,9 @@ func judgeFailover(t *testing.T, f *ProcFleet, target string, takeovers []Takeov
 	}
 }
 
-// convergedBut is ProcFleet.Converged, except that node admin must stay
+// convergedBut is sim.ProcFleet.Converged, except that node admin must stay
 // cordoned (an administrator's cordon) rather than end uncordoned.
-func convergedBut(ctx context.Context, f *ProcFleet, target, admin string) (bool, string) {
+func convergedBut(ctx context.Context, f *sim.ProcFleet, target, admin string) (bool, string) {
 	var pending []string
 	for _, n := range f.Nodes {
 		m, err := n.Bootc.Machine()
@@ -175,7 +177,7 @@ func convergedBut(ctx context.Context, f *ProcFleet, target, admin string) (bool
 			continue
 		}
 		kn, err := f.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil || !nodeReady(kn) || kn.Spec.Unschedulable != (n.Name == admin) {
+		if err != nil || !sim.NodeReady(kn) || kn.Spec.Unschedulable != (n.Name == admin) {
 			pending = append(pending, n.Name+"(not Ready, or cordon not as it should end)")
 			continue
 		}
@@ -184,15 +186,15 @@ func convergedBut(ctx context.Context, f *ProcFleet, target, admin string) (bool
 			pending = append(pending, n.Name+"("+string(bn.Status.Phase)+")")
 		}
 	}
-	if held := f.heldSlots(ctx); len(held) > 0 {
+	if held := f.HeldSlots(ctx); len(held) > 0 {
 		pending = append(pending, fmt.Sprint(held))
 	}
 	return len(pending) == 0, fmt.Sprint(pending)
 }
 
 // runPodOn puts a Running bare pod <node>-web on node (drains evict it;
-// FinishPodDeletions plays the kubelet's part).
-func runPodOn(ctx context.Context, f *ProcFleet, node string) error {
+// sim.FinishPodDeletions plays the kubelet's part).
+func runPodOn(ctx context.Context, f *sim.ProcFleet, node string) error {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: node + "-web", Namespace: "default", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1"}}}}
 	created, err := f.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
@@ -206,7 +208,7 @@ func runPodOn(ctx context.Context, f *ProcFleet, node string) error {
 
 // watchPodDeletions records when each pod of "default" was first seen
 // marked for deletion or deleted; the returned func reads the record.
-func watchPodDeletions(t *testing.T, f *ProcFleet) func() map[string]time.Time {
+func watchPodDeletions(t *testing.T, f *sim.ProcFleet) func() map[string]time.Time {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

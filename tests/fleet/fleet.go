@@ -1,6 +1,13 @@
+// Package fleet runs whole-system scenarios: a real kube-apiserver, the real
+// coordinator, simulated kubelets and one real agent per node, with every
+// grant, cordon, stage, reboot and boot recorded for the invariant checker.
+// The process fleet (real binaries) lives in internal/sim, which the demo
+// shares.
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,21 +41,16 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
 // Fleet is a running whole system: API server, registry, coordinator, nodes.
-// PoolLabel selects a simulated pool's Nodes. It is in the
-// node-restriction.kubernetes.io namespace, which kubelets may not set on
-// themselves, as docs/security.md recommends.
-const PoolLabel = "node-restriction.kubernetes.io/bootc-fleet-pool"
-
 type Fleet struct {
 	Env      *envtest.Env
 	Kube     kubernetes.Interface
-	Log      *Log
+	Log      *sim.Log
 	Registry string // host:port of the in-process OCI registry
 	// API is the path every agent and the coordinator take to the API
 	// server; API.Cut plays an outage. The harness itself connects directly.
@@ -71,7 +73,7 @@ type Fleet struct {
 	coordCancel  context.CancelFunc
 	coordDone    chan struct{}
 	coordBin     string
-	coordProc    *procProcess
+	coordProc    *sim.Process
 	light        bool
 	hub          *lightHub
 	logger       *slog.Logger
@@ -137,7 +139,7 @@ func Start(tb testing.TB, opts Options) *Fleet {
 		env = envtest.Start(tb)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fleet{Env: env, Log: &Log{}, ctx: ctx, cancel: cancel, tb: tb, dir: tb.TempDir(), pools: map[string]*Pool{}, verbose: opts.Verbose}
+	f := &Fleet{Env: env, Log: &sim.Log{}, ctx: ctx, cancel: cancel, tb: tb, dir: tb.TempDir(), pools: map[string]*Pool{}, verbose: opts.Verbose}
 	tb.Cleanup(f.Stop)
 	var err error
 	if f.Kube, err = kubernetes.NewForConfig(env.Config); err != nil {
@@ -160,7 +162,7 @@ func Start(tb testing.TB, opts Options) *Fleet {
 	setGlobalLogger.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(f.logger.Handler())) })
 
 	// Registry over real HTTP on loopback.
-	srv := httptest.NewServer(registry.New(registry.Logger(nopLogger())))
+	srv := httptest.NewServer(registry.New(registry.Logger(sim.NopLogger())))
 	tb.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
 	f.Registry = u.Host
@@ -197,8 +199,8 @@ func Start(tb testing.TB, opts Options) *Fleet {
 	}
 	f.agentOpts = opts.Agent
 	f.coordBin, f.light, f.directAPI = opts.CoordinatorBinary, opts.LightAgents, opts.DirectAPI
-	go FinishPodDeletions(ctx, f.Kube, 50*time.Millisecond)
-	if err := Record(ctx, f.Kube, f.Log, poolOfNode); err != nil {
+	go sim.FinishPodDeletions(ctx, f.Kube, 50*time.Millisecond)
+	if err := sim.Record(ctx, f.Kube, f.Log, poolOfNode); err != nil {
 		tb.Fatal(err)
 	}
 	f.StartCoordinator()
@@ -264,7 +266,7 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 	}
 	n := &SimNode{
 		Name: nodeName, Pool: p.Name, Machine: m, bootc: testbootc.NewMem(m),
-		Kubelet:   &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{PoolLabel: p.Name}, OS: "linux", Arch: arch},
+		Kubelet:   &sim.Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{sim.PoolLabel: p.Name}, OS: "linux", Arch: arch},
 		behaviour: b, log: f.Log, rest: cfg, stateDir: stateDir,
 		logger: f.logger.With("node", nodeName),
 	}
@@ -325,7 +327,7 @@ func (p *Pool) Create(tag string, opts PoolOptions) {
 	bnp := &fleetv1.BootcNodePool{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name},
 		Spec: fleetv1.BootcNodePoolSpec{
-			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{PoolLabel: p.Name}},
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{sim.PoolLabel: p.Name}},
 			Image:        p.Repo + ":" + tag,
 			Rollout: fleetv1.RolloutSpec{MaxUnavailable: &mu, MaxStaging: &ms, HaltAfterFailures: &halt,
 				DrainTimeout: &metav1.Duration{Duration: drain}},
@@ -404,7 +406,7 @@ func (f *Fleet) StopCoordinator() {
 	proc := f.coordProc
 	f.coordProc = nil
 	f.mu.Unlock()
-	proc.stop(10 * time.Second)
+	proc.Stop(10 * time.Second)
 	if cancel != nil {
 		cancel()
 		<-done

@@ -21,8 +21,8 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 // LightAgent stands in for bootc-fleet-agent where thousands of real agents

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"time"
@@ -11,7 +13,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // LostStage: a node that staged the target locked loses power. bootc
@@ -42,7 +44,7 @@ func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool)
 
 	// Find a node staged and waiting for a reboot slot, and cut its power.
 	var victim *SimNode
-	if !waitFor(ctx, 2*time.Minute, func() bool {
+	if !sim.WaitFor(ctx, 2*time.Minute, func() bool {
 		for _, n := range p.Nodes {
 			bn := &fleetv1.BootcNode{}
 			if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: n.Name}, bn); err != nil {
@@ -64,22 +66,22 @@ func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool)
 		// Its agent stops (so it cannot use the grant), and the power cut
 		// comes once the coordinator moved its reboot grant to phase Reboot.
 		victim.StopAgent()
-		if !waitFor(ctx, 2*time.Minute, func() bool { return f.holdsRebootPhase(ctx, name, victim.Name) }) {
+		if !sim.WaitFor(ctx, 2*time.Minute, func() bool { return f.holdsRebootPhase(ctx, name, victim.Name) }) {
 			res.Problems = append(res.Problems, victim.Name+" never held a reboot grant in phase Reboot")
 		}
 	}
 	victim.Reboot(ctx, false)
-	if !waitFor(ctx, time.Minute, func() bool { return !victim.Down() && victim.Machine.State().Reboots == 1 }) {
+	if !sim.WaitFor(ctx, time.Minute, func() bool { return !victim.Down() && victim.Machine.State().Reboots == 1 }) {
 		res.Problems = append(res.Problems, victim.Name+" did not come back from its power cut")
 	}
 	if st := victim.Machine.State(); st.Staged != nil {
 		res.Problems = append(res.Problems, fmt.Sprintf("%s kept its download-only staged deployment across a reboot: %+v", victim.Name, st.Staged))
 	}
-	if !waitFor(ctx, 3*time.Minute, func() bool { ok, _ := p.Converged(v2); return ok }) {
+	if !sim.WaitFor(ctx, 3*time.Minute, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, fmt.Sprintf("pool did not converge after the lost stage; waiting for %s; pool %+v", waiting, p.Status()))
 	}
-	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	sim.WaitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
 	stages := 0
 	for _, e := range p.Events() {
 		if e.Node == victim.Name && e.Kind == invariant.StageStart && e.Image == v2 {

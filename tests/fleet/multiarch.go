@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -19,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // Index is a multi-arch image pushed to a pool's repository.
@@ -147,7 +149,7 @@ func MultiArchIndex(ctx context.Context, f *Fleet, seed int64) Result {
 	v3 := p.PushIndex("v3", arches...)
 	p.Create("v2", opts)
 
-	if !waitFor(ctx, 60*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool {
 		staging, down := false, false
 		for _, n := range p.Nodes {
 			staging, down = staging || n.Staging(), down || n.Down()
@@ -163,7 +165,7 @@ func MultiArchIndex(ctx context.Context, f *Fleet, seed int64) Result {
 		res.Problems = append(res.Problems, "changing the image: "+err.Error())
 	}
 	targets := p.TargetsOf(v3)
-	if !waitFor(ctx, 120*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 120*time.Second, func() bool {
 		if p.Status().TargetImage != v3.Ref {
 			return false
 		}
@@ -173,7 +175,7 @@ func MultiArchIndex(ctx context.Context, f *Fleet, seed int64) Result {
 		_, waiting := p.ConvergedEach(targets)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not converge on each node's image of %s within 120s; waiting for %s; pool status %+v", v3.Ref, waiting, p.Status()))
 	}
-	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 && p.Status().Updated == int32(opts.Nodes) })
+	sim.WaitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 && p.Status().Updated == int32(opts.Nodes) })
 
 	st := p.Status()
 	if st.Updated != int32(opts.Nodes) || st.Degraded != 0 {

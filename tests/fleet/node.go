@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"io"
@@ -15,8 +17,8 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 // NodeBehaviour shapes how a simulated machine behaves.
@@ -58,13 +60,13 @@ type SimNode struct {
 	Name    string
 	Pool    string
 	Machine *testbootc.Machine
-	Kubelet *Kubelet
+	Kubelet *sim.Kubelet
 	// bootc is the machine's bootc command line (its sysroot lock
 	// outlives agent restarts, as a host's does).
 	bootc *testbootc.Mem
 
 	behaviour NodeBehaviour
-	log       *Log
+	log       *sim.Log
 	rest      *rest.Config // the node's identity
 	stateDir  string
 	agentCfg  func() agent.Config

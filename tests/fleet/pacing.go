@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"sort"
@@ -12,7 +14,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // ShiftableClock is a coordinator clock at a settable offset from the wall
@@ -82,7 +84,7 @@ func PacedRollout(ctx context.Context, f *Fleet, clock *ShiftableClock) Result {
 		}
 		return true, ""
 	}
-	if !waitFor(ctx, 2*time.Minute, func() bool { ok, _ := others(); return ok && p.Status().Rebooting == 0 }) {
+	if !sim.WaitFor(ctx, 2*time.Minute, func() bool { ok, _ := others(); return ok && p.Status().Rebooting == 0 }) {
 		_, w := others()
 		res.Problems = append(res.Problems, fmt.Sprintf("the nodes not held did not all boot v2 within 2m (waiting for %s): %+v", w, p.Status()))
 		return res
@@ -97,11 +99,11 @@ func PacedRollout(ctx context.Context, f *Fleet, clock *ShiftableClock) Result {
 	if err := setHold(false); err != nil {
 		res.Problems = append(res.Problems, "releasing "+held+": "+err.Error())
 	}
-	if !waitFor(ctx, time.Minute, func() bool { ok, _ := p.Converged(v2); return ok }) {
+	if !sim.WaitFor(ctx, time.Minute, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, w := p.Converged(v2)
 		res.Problems = append(res.Problems, fmt.Sprintf("not converged after the hold was lifted (waiting for %s)", w))
 	}
-	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	sim.WaitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
 	res.Violations = p.Check(v2, invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter})
 	res.Reboots = p.Reboots()
 	res.Problems = append(res.Problems, rebootsMatchGrants(p, res.Reboots)...)

@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"strings"
 	"testing"
@@ -29,7 +31,7 @@ func TestProcFleetPrivateSignedImages(t *testing.T) {
 	reg.AddUser("node", "node-secret", true)
 	reg.AddUser("coordinator", "coordinator-secret", true)
 	unsigned := map[string]bool{"v3": true}
-	f := startProcFleet(t, ProcOptions{Nodes: 3, StageTime: 200 * time.Millisecond, Private: &PrivateRegistry{
+	f := startProcFleet(t, sim.ProcOptions{Nodes: 3, StageTime: 200 * time.Millisecond, Private: &sim.PrivateRegistry{
 		Host: reg.Host, CAPEM: reg.CAPEM,
 		Push: func(tag string) (string, error) {
 			ref := reg.PushTagged(t, "os", tag)

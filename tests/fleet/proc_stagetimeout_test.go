@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"strings"
 	"testing"
@@ -25,7 +27,7 @@ func TestProcFleetStalledPullGivesTheSlotOn(t *testing.T) {
 	reg := testregistry.Start(t)
 	reg.AddUser("node", "node-secret", true)
 	reg.AddUser("coordinator", "coordinator-secret", true)
-	f := startProcFleet(t, ProcOptions{Nodes: 3, StageTime: 200 * time.Millisecond, Private: &PrivateRegistry{
+	f := startProcFleet(t, sim.ProcOptions{Nodes: 3, StageTime: 200 * time.Millisecond, Private: &sim.PrivateRegistry{
 		Host: reg.Host, CAPEM: reg.CAPEM,
 		Push: func(tag string) (string, error) { return reg.PushTagged(t, "os", tag), nil },
 		NodeRoot: func(node, root string) error {

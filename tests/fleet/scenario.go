@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -10,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 // Result is the outcome of one scenario run.
@@ -42,20 +44,6 @@ func (r Result) String() string {
 		fmt.Fprintf(&b, "\n  %s", v)
 	}
 	return b.String()
-}
-
-// waitFor polls cond until it is true or the timeout passes.
-func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // ImageChangeMidRollout is the scenario bootc-fleet exists for: the pool's
@@ -117,7 +105,7 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 		}
 		return "", false
 	}
-	if !waitFor(ctx, 60*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool {
 		_, s := midStage()
 		_, b := midReboot()
 		return s && b
@@ -127,7 +115,7 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	if err := p.SetImage("v3"); err != nil {
 		res.Problems = append(res.Problems, "changing the image: "+err.Error())
 	}
-	if !waitFor(ctx, 90*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 90*time.Second, func() bool {
 		if p.Status().TargetImage != v3 {
 			return false
 		}
@@ -138,7 +126,7 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 		res.Problems = append(res.Problems, fmt.Sprintf("did not converge on %s within 90s; waiting for %s; pool status %+v", v3, waiting, p.Status()))
 	}
 	// Let the last release land, then judge the whole run.
-	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	sim.WaitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
 	res.Violations = p.Check(v3, invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter})
 	res.Reboots = p.Reboots()
 	res.Problems = append(res.Problems, rebootsMatchGrants(p, res.Reboots)...)
@@ -169,7 +157,7 @@ func NodeNeverReturns(ctx context.Context, f *Fleet, seed int64) Result {
 	}
 	p.Create("v2", opts)
 	var dead *SimNode
-	if !waitFor(ctx, 60*time.Second, func() bool {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool {
 		for _, n := range p.Nodes {
 			if n.Dead() {
 				dead = n
@@ -186,7 +174,7 @@ func NodeNeverReturns(ctx context.Context, f *Fleet, seed int64) Result {
 			n.SetBehaviour(NodeBehaviour{BootTime: 300 * time.Millisecond, StageTime: 100 * time.Millisecond})
 		}
 	}
-	if !waitFor(ctx, 60*time.Second, p.Halted) {
+	if !sim.WaitFor(ctx, 60*time.Second, p.Halted) {
 		res.Problems = append(res.Problems, fmt.Sprintf("pool not Halted after %s never returned: %+v", dead.Name, p.Status()))
 	}
 	// Halted means no new reboot grants: nothing else reboots from now on.
@@ -222,11 +210,11 @@ func CoordinatorRestart(ctx context.Context, f *Fleet, seed int64) Result {
 	name := fmt.Sprintf("restart%04d", seed)
 	res := Result{Seed: seed, Pool: name}
 	p, v2 := startFiveNodeRollout(f, name, 300*time.Millisecond)
-	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 2 }) {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 2 }) {
 		res.Problems = append(res.Problems, "rollout did not start")
 	}
 	f.RestartCoordinator(2 * time.Second)
-	if !waitFor(ctx, 90*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+	if !sim.WaitFor(ctx, 90*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, "did not converge after the restart; waiting for "+waiting)
 	}
@@ -243,16 +231,16 @@ func APIServerOutage(ctx context.Context, f *Fleet, seed int64) Result {
 	name := fmt.Sprintf("outage%04d", seed)
 	res := Result{Seed: seed, Pool: name}
 	p, v2 := startFiveNodeRollout(f, name, 500*time.Millisecond)
-	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 1 }) {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 1 }) {
 		res.Problems = append(res.Problems, "rollout did not start")
 	}
 	f.API.Cut(5 * time.Second)
 	time.Sleep(7 * time.Second)
-	if !waitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 3 }) {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool { return len(p.Reboots()) >= 3 }) {
 		res.Problems = append(res.Problems, "rollout did not resume after the first outage")
 	}
 	f.API.Cut(5 * time.Second)
-	if !waitFor(ctx, 120*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+	if !sim.WaitFor(ctx, 120*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, "did not converge after the outages; waiting for "+waiting)
 	}
@@ -280,7 +268,7 @@ func ClockSkew(ctx context.Context, f *Fleet, seed int64) Result {
 	p := f.AddPool(name, opts)
 	v2 := p.Push("v2")
 	p.Create("v2", opts)
-	if !waitFor(ctx, 120*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+	if !sim.WaitFor(ctx, 120*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not converge with skewed node clocks; waiting for %s; pool %+v", waiting, p.Status()))
 	}
@@ -323,7 +311,7 @@ func startFiveNodeRollout(f *Fleet, name string, stage time.Duration) (*Pool, st
 // judgeOneRebootEach waits for the last release, checks I1-I5 and that
 // every node rebooted exactly once (one image, one grant each).
 func judgeOneRebootEach(ctx context.Context, p *Pool, target string, budget invariant.Pool, res *Result) {
-	waitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
+	sim.WaitFor(ctx, 10*time.Second, func() bool { return p.Status().Rebooting == 0 })
 	res.Violations = p.Check(target, budget)
 	res.Reboots = p.Reboots()
 	for _, n := range p.NodeNames() {

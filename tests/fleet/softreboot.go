@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+
 	"context"
 	"fmt"
 	"time"
@@ -9,7 +11,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // SoftRebootRollout rolls a fresh image over an AllowSoftReboot pool whose
@@ -36,14 +38,14 @@ func SoftRebootRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	}
 	v2 := p.Push("v2")
 	p.Create("v2", opts)
-	if !waitFor(ctx, 90*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+	if !sim.WaitFor(ctx, 90*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not converge by soft reboots; waiting for %s; pool %+v", waiting, p.Status()))
 	}
 	budget := invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter}
 	judgeReboots(ctx, p, v2, budget, &res, 1)
 	// The slots are free and nobody is cordoned: verified without a new boot ID.
-	if !waitFor(ctx, 20*time.Second, func() bool { return len(heldSlots(ctx, f, name))+len(cordoned(ctx, f, p)) == 0 }) {
+	if !sim.WaitFor(ctx, 20*time.Second, func() bool { return len(heldSlots(ctx, f, name))+len(cordoned(ctx, f, p)) == 0 }) {
 		res.Problems = append(res.Problems, fmt.Sprintf("after the rollout slots still held %v, nodes still cordoned %v", heldSlots(ctx, f, name), cordoned(ctx, f, p)))
 	}
 	for _, n := range p.Nodes {
@@ -79,7 +81,7 @@ func SoftRebootFallback(ctx context.Context, f *Fleet, seed int64) Result {
 	p := f.AddPool(name, opts)
 	v2 := p.Push("v2")
 	p.Create("v2", opts)
-	if !waitFor(ctx, 60*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
+	if !sim.WaitFor(ctx, 60*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not converge; waiting for %s; pool %+v", waiting, p.Status()))
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // Hop names, in the order one reboot slot goes through them.

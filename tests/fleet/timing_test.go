@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 func TestExtractTiming(t *testing.T) {

@@ -56,8 +56,8 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		buildDir, agentBin, bootcBin = dir, filepath.Join(dir, "bootc-fleet-agent"), filepath.Join(dir, "test-bootc")
 		for bin, pkg := range map[string]string{
-			agentBin: "github.com/bootc-fleet/bootc-fleet/agent/cmd/bootc-fleet-agent",
-			bootcBin: "github.com/bootc-fleet/bootc-fleet/tests/testbootc/cmd/test-bootc",
+			agentBin: "github.com/bootc-fleet/bootc-fleet/cmd/bootc-fleet-agent",
+			bootcBin: "github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc/cmd/test-bootc",
 		} {
 			if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 				fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)

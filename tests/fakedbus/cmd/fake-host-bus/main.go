@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/fakedbus"
 )
 
 type strList []string

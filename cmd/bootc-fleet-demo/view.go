@@ -20,8 +20,8 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/kubectl"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // screen prints log lines and, on a terminal, keeps a table redrawn in
@@ -128,7 +128,7 @@ type nodeRow struct {
 
 // collect reads the pool, BootcNodes, Nodes and slot Leases through the
 // admin client, plus what the harness knows (reboots, nodes down).
-func collect(ctx context.Context, f *fleet.ProcFleet, start time.Time) snap {
+func collect(ctx context.Context, f *sim.ProcFleet, start time.Time) snap {
 	s := snap{elapsed: time.Since(start), poolName: f.Pool, images: f.Images(), budget: f.Budget()}
 	c := f.Env.Client
 	p := &fleetv1.BootcNodePool{}

@@ -1,4 +1,4 @@
-package fleet
+package sim
 
 import (
 	"context"
@@ -75,6 +75,12 @@ func (k *Kubelet) SetReady(ctx context.Context, ready bool, bootID string) error
 // The harness's own requests, counted so a benchmark can tell them from
 // the product's in the API server's metrics (which do not name the user).
 var harnessNodeGets, harnessNodeStatusPuts, harnessPodLists atomic.Int64
+
+// HarnessRequests returns how many Node GETs, Node status PUTs and pod LISTs
+// the simulated kubelets have sent so far.
+func HarnessRequests() (nodeGets, statusPuts, podLists int64) {
+	return harnessNodeGets.Load(), harnessNodeStatusPuts.Load(), harnessPodLists.Load()
+}
 
 // FinishPodDeletions plays every kubelet's part in evictions: a pod marked
 // for deletion is removed for good, as a kubelet does once its containers

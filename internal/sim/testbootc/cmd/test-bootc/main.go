@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 func main() {

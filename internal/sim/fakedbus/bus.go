@@ -1,6 +1,7 @@
 // Package fakedbus runs a private dbus-daemon and fake logind and systemd
-// services on it, so the agent's D-Bus code talks to a real bus in tests
-// (point DBUS_SYSTEM_BUS_ADDRESS at the address).
+// services on it, so the agent's D-Bus code talks to a real bus on a
+// simulated host (point DBUS_SYSTEM_BUS_ADDRESS at the address).
+// tests/fakedbus adds the helper tests start a bus with.
 package fakedbus
 
 import (
@@ -16,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -100,24 +100,6 @@ func StartBusProcess(ctx context.Context, dir string) (addr string, stop func(),
 		return "", nil, fmt.Errorf("dbus-daemon printed no address")
 	}
 	return addr, stop, nil
-}
-
-// StartBus starts a private bus for the test and stops it at cleanup. It
-// skips the test when dbus-daemon is missing, unless
-// BOOTC_FLEET_REQUIRE_DBUS=1.
-func StartBus(tb testing.TB) string {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	addr, stop, err := StartBusProcess(ctx, tb.TempDir())
-	if errors.Is(err, ErrNoDaemon) && os.Getenv("BOOTC_FLEET_REQUIRE_DBUS") != "1" {
-		tb.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		tb.Fatalf("starting dbus-daemon: %v", err)
-	}
-	tb.Cleanup(stop)
-	return addr
 }
 
 // syncBuffer collects a child's stderr for error messages.

@@ -1,4 +1,4 @@
-package fleet
+package sim
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
-	"github.com/bootc-fleet/bootc-fleet/tests/notifysock"
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/fakedbus"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/notifysock"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
 // RebootTiming is one reboot as the harness played it.
@@ -45,7 +45,7 @@ type ProcNode struct {
 
 	mu        sync.Mutex
 	cond      *sync.Cond
-	agent     *procProcess
+	agent     *Process
 	boot      string // current boot as testbootc names it
 	bootID    string
 	softCount uint32 // systemd's SoftRebootsCount in this boot
@@ -178,13 +178,13 @@ func (n *ProcNode) startAgent() error {
 		return err
 	}
 	n.confirms, n.used = map[string][]procConfirm{}, map[string]int{}
-	env := append(minimalEnv(),
+	env := append(MinimalEnv(),
 		"DBUS_SYSTEM_BUS_ADDRESS="+n.bus,
 		"NOTIFY_SOCKET="+n.notify.Path,
 		testbootc.EnvState+"="+string(n.Bootc),
 	)
 	lw := &lineWriter{out: logf, line: n.onLogLine}
-	p, err := startProc(n.f.opts.Bin.Agent, []string{
+	p, err := StartProcess(n.f.opts.Bin.Agent, []string{
 		"--kubeconfig", n.kc,
 		"--node-name", n.Name,
 		"--bootc", n.f.opts.Bin.Bootc,
@@ -212,7 +212,7 @@ func (n *ProcNode) stopAgent() {
 	p := n.agent
 	n.agent = nil
 	n.mu.Unlock()
-	p.stop(20 * time.Second)
+	p.Stop(20 * time.Second)
 	n.mu.Lock()
 	img := n.staging
 	n.staging = ""

@@ -1,10 +1,11 @@
 package testbootc
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"testing"
 )
 
 // envSelfExec marks a test binary re-executed to act as test-bootc.
@@ -29,14 +30,16 @@ func SelfExec(d Dir) (path string, env []string) {
 	return exe, []string{envSelfExec + "=1", EnvState + "=" + string(d)}
 }
 
-// Build compiles cmd/test-bootc into a temporary directory and returns its
-// path, for harnesses that need a separate executable.
-func Build(tb testing.TB) string {
-	tb.Helper()
-	out := filepath.Join(tb.TempDir(), "test-bootc")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/bootc-fleet/bootc-fleet/tests/testbootc/cmd/test-bootc")
+// Executable is the import path of the test-bootc command.
+const Executable = "github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc/cmd/test-bootc"
+
+// BuildExecutable compiles cmd/test-bootc into dir and returns its path, for
+// harnesses that need a separate executable.
+func BuildExecutable(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "test-bootc")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, Executable)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build test-bootc: %v\n%s", err, b)
+		return "", fmt.Errorf("go build test-bootc: %w\n%s", err, b)
 	}
-	return out
+	return out, nil
 }

@@ -1,4 +1,4 @@
-package fleet
+package sim
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // Record watches every slot Lease and every Node and logs each new version

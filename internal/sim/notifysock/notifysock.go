@@ -1,5 +1,6 @@
-// Package notifysock is a real sd_notify receiver for tests: a unixgram
-// socket to point NOTIFY_SOCKET at, delivering each datagram as a string.
+// Package notifysock is a real sd_notify receiver for simulated hosts: a
+// unixgram socket to point NOTIFY_SOCKET at, delivering each datagram as a
+// string. tests/notifysock adds the helpers tests bind it with.
 package notifysock
 
 import (
@@ -11,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -115,30 +115,4 @@ func WaitPrefixTimeout(msgs <-chan string, prefix string, timeout time.Duration)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return WaitPrefix(ctx, msgs, prefix)
-}
-
-// Listen binds a socket for the test, sets NOTIFY_SOCKET to it (t.Setenv)
-// and closes it at cleanup.
-func Listen(tb testing.TB) (path string, msgs <-chan string) {
-	tb.Helper()
-	s, err := Open()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	if t, ok := tb.(interface{ Setenv(string, string) }); ok {
-		t.Setenv("NOTIFY_SOCKET", s.Path)
-	}
-	return s.Path, s.Messages()
-}
-
-// Expect waits (up to 30 s) for a datagram with a line starting with prefix
-// and fails the test if none arrives.
-func Expect(tb testing.TB, msgs <-chan string, prefix string) string {
-	tb.Helper()
-	m, err := WaitPrefixTimeout(msgs, prefix, 30*time.Second)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m
 }

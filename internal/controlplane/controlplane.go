@@ -1,13 +1,12 @@
-// Package envtest starts a real kube-apiserver + etcd (controller-runtime's
-// envtest) with the bootc-fleet CRDs installed, for tests of every package.
-// The API server is production-shaped: --authorization-mode=Node,RBAC and the
-// NodeRestriction admission plugin, as on kubeadm, EKS or GKE.
+// Package controlplane starts a real kube-apiserver + etcd (controller-runtime's
+// envtest) with the bootc-fleet CRDs installed, for the demo and, through
+// tests/envtest, the tests of every package. The API server is
+// production-shaped: --authorization-mode=Node,RBAC and the NodeRestriction
+// admission plugin, as on kubeadm, EKS or GKE.
 //
-// The binaries come from KUBEBUILDER_ASSETS, which `make test` builds once
-// from the Go module proxy (tests/envtest/install-envtest.sh). Without it a
-// test skips with one line saying so, unless BOOTC_FLEET_REQUIRE_ENVTEST=1
-// (set by `make test` and CI), where a missing API server is a failure.
-package envtest
+// The binaries come from KUBEBUILDER_ASSETS, which `make test` and `make demo`
+// build once from the Go module proxy (tests/envtest/install-envtest.sh).
+package controlplane
 
 import (
 	"context"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,33 +84,8 @@ func Available() (bool, string) {
 	return true, ""
 }
 
-// SkipIfUnavailable skips (or, with BOOTC_FLEET_REQUIRE_ENVTEST=1, fails) tb
-// when no API server can be started.
-func SkipIfUnavailable(tb testing.TB) {
-	tb.Helper()
-	if ok, why := Available(); !ok {
-		if os.Getenv("BOOTC_FLEET_REQUIRE_ENVTEST") == "1" {
-			tb.Fatalf("API server required but unavailable: %s", why)
-		}
-		tb.Skipf("skipping: no API server: %s", why)
-	}
-}
-
-// Start starts an API server for one test (or benchmark) and stops it when
-// the test ends. The namespace bootc-fleet-system exists.
-func Start(tb testing.TB) *Env {
-	tb.Helper()
-	SkipIfUnavailable(tb)
-	e, err := StartShared()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(e.Stop)
-	return e
-}
-
-// StartShared starts an API server the caller stops with Stop (for TestMain).
-func StartShared() (*Env, error) {
+// Start starts an API server the caller stops with Stop.
+func Start() (*Env, error) {
 	if ok, why := Available(); !ok {
 		return nil, fmt.Errorf("no API server: %s", why)
 	}
@@ -194,26 +167,4 @@ func (e *Env) KubeconfigFor(dir, name string, groups ...string) (string, error) 
 // AdminKubeconfig writes a kubeconfig for a cluster-admin user and returns its path.
 func (e *Env) AdminKubeconfig(dir string) (string, error) {
 	return e.KubeconfigFor(dir, "bootc-fleet-admin", "system:masters")
-}
-
-// Main runs a test binary's tests with one API server shared through *env,
-// when one can be started. Without one, *env stays nil and tests that need
-// it skip through SkipIfUnavailable (or, with BOOTC_FLEET_REQUIRE_ENVTEST=1,
-// the binary fails at once).
-func Main(m *testing.M, env **Env) {
-	os.Exit(func() int {
-		if ok, why := Available(); ok {
-			e, err := StartShared()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer e.Stop()
-			*env = e
-		} else if os.Getenv("BOOTC_FLEET_REQUIRE_ENVTEST") == "1" {
-			fmt.Fprintln(os.Stderr, "API server required but unavailable: "+why)
-			return 1
-		}
-		return m.Run()
-	}())
 }

@@ -1,4 +1,4 @@
-package fleet
+package sim
 
 // Leader failover with real processes: a process fleet with Replicas >= 2
 // runs that many bootc-fleet-coordinator processes with --leader-elect.
@@ -21,7 +21,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // CoordReplica is one coordinator process of a leader-elected set.
@@ -29,7 +29,7 @@ type CoordReplica struct {
 	Name    string // replica-<n>, in start order
 	Log     string // its own output
 	Started time.Time
-	proc    *procProcess
+	proc    *Process
 	killed  bool
 }
 
@@ -85,7 +85,7 @@ func (f *ProcFleet) Replicas() []*CoordReplica {
 
 func (f *ProcFleet) stopReplicas() {
 	for _, r := range f.Replicas() {
-		r.proc.stop(10 * time.Second)
+		r.proc.Stop(10 * time.Second)
 	}
 }
 
@@ -139,9 +139,9 @@ func (f *ProcFleet) KillLeader(ctx context.Context, timeout time.Duration) (Take
 	if err != nil {
 		return Takeover{}, err
 	}
-	t := Takeover{Killed: leader.Name, HeldAtKill: f.heldSlots(ctx)}
+	t := Takeover{Killed: leader.Name, HeldAtKill: f.HeldSlots(ctx)}
 	t.At = time.Now()
-	if err := syscall.Kill(-leader.proc.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(-leader.proc.PID(), syscall.SIGKILL); err != nil {
 		return t, fmt.Errorf("SIGKILL %s: %w", leader.Name, err)
 	}
 	<-leader.proc.done
@@ -163,8 +163,8 @@ func (f *ProcFleet) KillLeader(ctx context.Context, timeout time.Duration) (Take
 	return t, nil
 }
 
-// heldSlots lists the pool's held slots as lease=holder/phase.
-func (f *ProcFleet) heldSlots(ctx context.Context) []string {
+// HeldSlots lists the pool's held slots as lease=holder/phase.
+func (f *ProcFleet) HeldSlots(ctx context.Context) []string {
 	ls, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + f.Pool})
 	if err != nil {
 		return []string{"(" + err.Error() + ")"}
@@ -202,7 +202,7 @@ func (f *ProcFleet) KillLeaders(ctx context.Context, seed int64, kills int, time
 		if err != nil {
 			return out, err
 		}
-		if !waitFor(ctx, timeout, func() bool { return done() || !f.FirstSlotWriteAfter(working).IsZero() }) {
+		if !WaitFor(ctx, timeout, func() bool { return done() || !f.FirstSlotWriteAfter(working).IsZero() }) {
 			return out, fmt.Errorf("kill %d: the leader wrote no slot Lease within %s", i+1, timeout)
 		}
 		delay := time.Duration(500+r.IntN(2500)) * time.Millisecond

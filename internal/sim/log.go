@@ -1,13 +1,17 @@
-// Package fleet runs whole-system scenarios: a real kube-apiserver, the real
-// coordinator, simulated kubelets and one real agent per node, with every
-// grant, cordon, stage, reboot and boot recorded for the invariant checker.
-package fleet
+// Package sim is the simulation kit the demo (cmd/bootc-fleet-demo) and the
+// whole-system tests (tests/fleet) share: the process fleet (the real agent
+// and coordinator binaries over simulated hosts: test-bootc, a private
+// dbus-daemon with fake logind and systemd, a notify socket), simulated
+// kubelets, and the event log every grant, cordon, stage, reboot and boot is
+// recorded in for the invariant checker (internal/sim/invariant). It links
+// no test code.
+package sim
 
 import (
 	"sync"
 	"time"
 
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // Log is the event log of one run. It is safe for concurrent use; Seq is

@@ -1,4 +1,4 @@
-package fleet
+package sim
 
 import (
 	"bufio"
@@ -14,13 +14,14 @@ import (
 	"time"
 )
 
-// procProcess is a child in its own process group that dies with us.
-type procProcess struct {
+// Process is a child in its own process group that dies with us.
+type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-func startProc(path string, args, env []string, out io.Writer) (*procProcess, error) {
+// StartProcess starts path with args and env, its output to out.
+func StartProcess(path string, args, env []string, out io.Writer) (*Process, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = out, out
@@ -31,13 +32,16 @@ func startProc(path string, args, env []string, out io.Writer) (*procProcess, er
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", path, err)
 	}
-	p := &procProcess{cmd: cmd, done: make(chan struct{})}
+	p := &Process{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 
-// stop sends SIGTERM, waits up to grace, then kills the process group.
-func (p *procProcess) stop(grace time.Duration) {
+// PID is the process's id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Stop sends SIGTERM, waits up to grace, then kills the process group.
+func (p *Process) Stop(grace time.Duration) {
 	if p == nil {
 		return
 	}
@@ -50,9 +54,9 @@ func (p *procProcess) stop(grace time.Duration) {
 	}
 }
 
-// minimalEnv keeps the children's environment to what they need, so the
+// MinimalEnv keeps the children's environment to what they need, so the
 // caller's KUBECONFIG or BOOTC_FLEET_* settings cannot change them.
-func minimalEnv() []string {
+func MinimalEnv() []string {
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	if h := os.Getenv("HOME"); h != "" {
 		env = append(env, "HOME="+h)

@@ -2,7 +2,7 @@ package main
 
 import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // stats are the run's numbers for the summary, from the event log alone.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/fakedbus"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
 )
 
 // TestDemoRuns runs what `make demo` runs, smaller and without a terminal,

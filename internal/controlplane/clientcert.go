@@ -1,4 +1,4 @@
-package envtest
+package controlplane
 
 import (
 	"crypto"

@@ -23,9 +23,9 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/bootc-fleet/bootc-fleet/internal/controlplane"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/kubectl"
-	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 )
 
 func main() {
@@ -65,7 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.maxUnavailable, "max-unavailable", 2, "the pool's rollout.maxUnavailable")
 	fs.IntVar(&c.maxStaging, "max-staging", 3, "the pool's rollout.maxStaging")
 	fs.DurationVar(&c.timeout, "timeout", 3*time.Minute, "fail when the rollout has not converged this long after the pool was created")
-	fs.StringVar(&c.dir, "dir", filepath.Join(envtest.RepoRoot(), "bin", "demo"), "where the kubeconfig, binaries, node state and logs go")
+	fs.StringVar(&c.dir, "dir", filepath.Join(controlplane.RepoRoot(), "bin", "demo"), "where the kubeconfig, binaries, node state and logs go")
 	fs.BoolVar(&c.plain, "plain", false, "print periodic snapshots instead of redrawing a table (default when stdout is not a terminal)")
 	fs.BoolVar(&c.hold, "hold", false, "after the summary, keep the cluster running until Ctrl-C (for kubectl)")
 	fs.DurationVar(&c.bootTime, "boot-time", 500*time.Millisecond, "how long a simulated reboot keeps a node down")
@@ -119,7 +119,7 @@ type demo struct {
 
 func (d *demo) run(ctx context.Context) int {
 	cfg := d.cfg
-	if ok, why := envtest.Available(); !ok {
+	if ok, why := controlplane.Available(); !ok {
 		d.scr.logf("cannot start the local control plane: %s", why)
 		return exitFailed
 	}
@@ -142,16 +142,16 @@ func (d *demo) run(ctx context.Context) int {
 	// The build and the control plane start side by side.
 	d.step("building bootc-fleet-agent, bootc-fleet-coordinator and test-bootc into %s", filepath.Join(dir, "bin"))
 	type built struct {
-		bins fleet.ProcBinaries
+		bins sim.ProcBinaries
 		err  error
 	}
 	buildDone := make(chan built, 1)
 	go func() {
-		b, err := fleet.BuildProcBinaries(ctx, filepath.Join(dir, "bin"))
+		b, err := sim.BuildProcBinaries(ctx, filepath.Join(dir, "bin"))
 		buildDone <- built{b, err}
 	}()
 	d.step("starting the local control plane: kube-apiserver and etcd (KUBEBUILDER_ASSETS=%s)", os.Getenv("KUBEBUILDER_ASSETS"))
-	env, envErr := envtest.StartShared()
+	env, envErr := controlplane.Start()
 	if envErr == nil {
 		defer env.Stop()
 	}
@@ -180,7 +180,7 @@ func (d *demo) run(ctx context.Context) int {
 	}
 
 	d.step("starting %d nodes (agent process, private dbus-daemon with fake logind, notify socket, test bootc each) and the coordinator process", cfg.nodes)
-	f, err := fleet.StartProcFleet(ctx, fleet.ProcOptions{
+	f, err := sim.StartProcFleet(ctx, sim.ProcOptions{
 		Env: env, Bin: bins, Dir: runDir, Nodes: cfg.nodes, Pool: "demo",
 		BootTime: cfg.bootTime, StaleAfterReboot: cfg.stale, StageTime: cfg.stageTime,
 	})
@@ -199,7 +199,7 @@ func (d *demo) step(format string, args ...any) {
 }
 
 // writeAdminKubeconfig writes a cluster-admin kubeconfig at dir/kubeconfig.
-func writeAdminKubeconfig(env *envtest.Env, dir string) (string, error) {
+func writeAdminKubeconfig(env *controlplane.Env, dir string) (string, error) {
 	p, err := env.AdminKubeconfig(dir)
 	if err != nil {
 		return "", err
@@ -214,7 +214,7 @@ func writeAdminKubeconfig(env *envtest.Env, dir string) (string, error) {
 // rollout creates the pool on v2, switches it to v3 once about half the
 // nodes run v2, waits for convergence, checks the invariants and prints
 // the summary.
-func (d *demo) rollout(ctx context.Context, f *fleet.ProcFleet) int {
+func (d *demo) rollout(ctx context.Context, f *sim.ProcFleet) int {
 	cfg := d.cfg
 	v2, err := f.Push("v2")
 	if err != nil {
@@ -300,7 +300,7 @@ func (d *demo) rollout(ctx context.Context, f *fleet.ProcFleet) int {
 
 // summary checks the invariants and prints what happened; it reports
 // whether they held.
-func (d *demo) summary(ctx context.Context, f *fleet.ProcFleet, target string, changedAt, doneAt time.Duration) bool {
+func (d *demo) summary(ctx context.Context, f *sim.ProcFleet, target string, changedAt, doneAt time.Duration) bool {
 	violations := f.Check(ctx, target)
 	invErr := f.CheckInvocations()
 	s := summarize(f.Log.Events())
@@ -344,7 +344,7 @@ func (d *demo) summary(ctx context.Context, f *fleet.ProcFleet, target string, c
 
 // plugin runs `kubectl bootc-fleet ARGS` in-process against the demo's API
 // server and prints what it printed.
-func (d *demo) plugin(ctx context.Context, f *fleet.ProcFleet, args ...string) {
+func (d *demo) plugin(ctx context.Context, f *sim.ProcFleet, args ...string) {
 	var out strings.Builder
 	kubectl.Run(ctx, kubectl.Options{Out: &out, ErrOut: &out, Client: f.Env.Client, Version: "demo"}, args)
 	d.scr.logf("$ kubectl bootc-fleet %s\n%s", strings.Join(args, " "), strings.TrimRight(out.String(), "\n"))
@@ -373,7 +373,7 @@ func waitingForReboot(s snap) (string, bool) {
 }
 
 // bootTimes describes how long nodes were away in their reboots.
-func bootTimes(f *fleet.ProcFleet) string {
+func bootTimes(f *sim.ProcFleet) string {
 	var sum, worst time.Duration
 	n := 0
 	for _, node := range f.Nodes {

@@ -1,4 +1,4 @@
-package fleet
+package sim
 
 // Process fleet: every node runs the real bootc-fleet-agent binary and the
 // coordinator is the real bootc-fleet-coordinator binary. Each node has its
@@ -55,8 +55,8 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
-	"github.com/bootc-fleet/bootc-fleet/tests/fleet/invariant"
+	"github.com/bootc-fleet/bootc-fleet/internal/controlplane"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
 // CoordinatorIdentity is the coordinator's service account user.
@@ -78,8 +78,8 @@ func BuildProcBinaries(ctx context.Context, dir string) (ProcBinaries, error) {
 		return ProcBinaries{}, err
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", abs+"/",
-		"./cmd/bootc-fleet-agent", "./cmd/bootc-fleet-coordinator", "./tests/testbootc/cmd/test-bootc")
-	cmd.Dir = envtest.RepoRoot()
+		"./cmd/bootc-fleet-agent", "./cmd/bootc-fleet-coordinator", "./internal/sim/testbootc/cmd/test-bootc")
+	cmd.Dir = controlplane.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ProcBinaries{}, fmt.Errorf("go build: %w\n%s", err, out)
 	}
@@ -92,9 +92,9 @@ func BuildProcBinaries(ctx context.Context, dir string) (ProcBinaries, error) {
 
 // ProcOptions configure a process fleet.
 type ProcOptions struct {
-	Env   *envtest.Env // the API server (required)
-	Bin   ProcBinaries // required
-	Dir   string       // state, logs and kubeconfigs (required)
+	Env   *controlplane.Env // the API server (required)
+	Bin   ProcBinaries      // required
+	Dir   string            // state, logs and kubeconfigs (required)
 	Nodes int
 	Pool  string // default "pool"
 	// BootTime is how long a node is down in a reboot (default 300ms).
@@ -138,7 +138,7 @@ type PrivateRegistry struct {
 
 // ProcFleet is a running fleet of process agents and a process coordinator.
 type ProcFleet struct {
-	Env      *envtest.Env
+	Env      *controlplane.Env
 	Kube     kubernetes.Interface
 	Log      *Log
 	Registry string // host:port of the in-process OCI registry
@@ -152,7 +152,7 @@ type ProcFleet struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	registry *httptest.Server
-	coord    *procProcess
+	coord    *Process
 	replicas []*CoordReplica // leader-elected replicas, in start order
 	reboots  sync.WaitGroup  // reboots being played
 	once     sync.Once
@@ -201,13 +201,13 @@ func StartProcFleet(ctx context.Context, opts ProcOptions) (_ *ProcFleet, err er
 	if opts.Private != nil {
 		f.Registry = opts.Private.Host
 	} else {
-		f.registry = httptest.NewServer(registry.New(registry.Logger(nopLogger())))
+		f.registry = httptest.NewServer(registry.New(registry.Logger(NopLogger())))
 		u, _ := url.Parse(f.registry.URL)
 		f.Registry = u.Host
 	}
-	root := envtest.RepoRoot()
+	root := controlplane.RepoRoot()
 	for _, p := range []string{"packaging/rbac/agent.yaml", "packaging/rbac/coordinator.yaml", "packaging/policy/agent-policy.yaml", "packaging/policy/coordinator-policy.yaml"} {
-		if err := envtest.Apply(ctx, opts.Env.Client, filepath.Join(root, p)); err != nil {
+		if err := controlplane.Apply(ctx, opts.Env.Client, filepath.Join(root, p)); err != nil {
 			return nil, err
 		}
 	}
@@ -252,7 +252,7 @@ func (f *ProcFleet) startCoordinator(ctx context.Context) error {
 
 // startCoordinatorProcess starts the coordinator binary with the fleet's
 // flags (and extra), appending its output to logPath.
-func (f *ProcFleet) startCoordinatorProcess(logPath string, extra ...string) (*procProcess, error) {
+func (f *ProcFleet) startCoordinatorProcess(logPath string, extra ...string) (*Process, error) {
 	kc, err := f.Env.KubeconfigFor(f.Dir, CoordinatorIdentity, "system:serviceaccounts", "system:serviceaccounts:bootc-fleet-system")
 	if err != nil {
 		return nil, err
@@ -276,7 +276,7 @@ func (f *ProcFleet) startCoordinatorProcess(logPath string, extra ...string) (*p
 	} else {
 		args = append(args, "--insecure-registry", f.Registry)
 	}
-	return startProc(f.opts.Bin.Coordinator, append(args, extra...), minimalEnv(), out)
+	return StartProcess(f.opts.Bin.Coordinator, append(args, extra...), MinimalEnv(), out)
 }
 
 // StopCoordinator stops the coordinator process (SIGTERM, then SIGKILL).
@@ -285,7 +285,7 @@ func (f *ProcFleet) StopCoordinator() {
 	p := f.coord
 	f.coord = nil
 	f.mu.Unlock()
-	p.stop(10 * time.Second)
+	p.Stop(10 * time.Second)
 }
 
 // Push uploads a new random image under tag and returns its repo@sha256.
@@ -397,7 +397,7 @@ func (f *ProcFleet) Converged(ctx context.Context, target string) (bool, string)
 			pending = append(pending, n.Name+"(not booted on target)")
 			continue
 		}
-		if kn := byName[n.Name]; kn.Spec.Unschedulable || !nodeReady(&kn) {
+		if kn := byName[n.Name]; kn.Spec.Unschedulable || !NodeReady(&kn) {
 			pending = append(pending, n.Name+"(cordoned or not Ready)")
 			continue
 		}
@@ -418,7 +418,8 @@ func (f *ProcFleet) Converged(ctx context.Context, target string) (bool, string)
 	return len(pending) == 0, strings.Join(pending, ", ")
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady says whether n's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 	"github.com/bootc-fleet/bootc-fleet/tests/testregistry"
 )
 

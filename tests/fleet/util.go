@@ -1,8 +1,0 @@
-package fleet
-
-import (
-	"io"
-	"log"
-)
-
-func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
