@@ -55,13 +55,14 @@ release: ## Build release VERSION=vX.Y.Z into bin/release/VERSION: binaries and 
 ##@ Demo
 .PHONY: demo
 demo: ## Roll v1 -> v2 -> v3 live over 8 nodes running the real agent, real coordinator, local API server; check I1-I5.
-	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) run ./tests/demo $(DEMO_FLAGS)
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) run ./cmd/bootc-fleet-demo $(DEMO_FLAGS)
 
 ##@ Check
 .PHONY: verify
-verify: ## gofmt, go vet, and generated files up to date.
+verify: ## gofmt, go vet, the programs link no test code, and generated files up to date.
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@if $(GO) list -deps ./cmd/... | grep -x testing; then echo "./cmd/... links package testing"; exit 1; fi
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	  cp -r api $(CRD_DIR) packaging/chart/templates "$$tmp"/; \
 	  $(MAKE) --no-print-directory generate >/dev/null; \

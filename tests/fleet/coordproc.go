@@ -1,14 +1,14 @@
 package fleet
 
 import (
-	"github.com/bootc-fleet/bootc-fleet/internal/sim"
-
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 )
 
 // startCoordinatorProc runs the coordinator binary with its production

@@ -6,8 +6,6 @@
 package fleet
 
 import (
-	"github.com/bootc-fleet/bootc-fleet/internal/sim"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,6 +39,7 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"

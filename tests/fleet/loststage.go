@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	"github.com/bootc-fleet/bootc-fleet/internal/sim"
-
 	"context"
 	"fmt"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 

@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	"github.com/bootc-fleet/bootc-fleet/internal/sim"
-
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -21,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 

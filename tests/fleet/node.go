@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	"github.com/bootc-fleet/bootc-fleet/internal/sim"
-
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +15,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
