@@ -129,11 +129,7 @@ func (d *demo) run(ctx context.Context) int {
 		return exitFailed
 	}
 	runDir := filepath.Join(dir, "run")
-	if err := os.RemoveAll(runDir); err != nil {
-		d.scr.logf("clearing %s: %v", runDir, err)
-		return exitFailed
-	}
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
+	if err := emptyDir(runDir); err != nil {
 		d.scr.logf("%v", err)
 		return exitFailed
 	}
@@ -167,14 +163,8 @@ func (d *demo) run(ctx context.Context) int {
 		d.scr.logf("writing the admin kubeconfig: %v", err)
 		return exitFailed
 	}
-	kubectl := "kubectl"
-	if a := os.Getenv("KUBEBUILDER_ASSETS"); a != "" {
-		if _, err := os.Stat(filepath.Join(a, "kubectl")); err == nil {
-			kubectl = filepath.Join(a, "kubectl")
-		}
-	}
 	d.step("API server up. While the demo runs, in another terminal:")
-	d.scr.logf("    export KUBECONFIG=%s; %s get bnp,bn,nodes", kubeconfig, kubectl)
+	d.scr.logf("    export KUBECONFIG=%s; %s get bnp,bn,nodes", kubeconfig, kubectlPath())
 	if ctx.Err() != nil {
 		return exitInterrupted
 	}
@@ -191,6 +181,25 @@ func (d *demo) run(ctx context.Context) int {
 	defer f.Close()
 	d.scr.logf("    logs: %s/coordinator.log, %s/<node>/agent.log", runDir, runDir)
 	return d.rollout(ctx, f)
+}
+
+// emptyDir removes dir and creates it again, empty.
+func emptyDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clearing %s: %w", dir, err)
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
+// kubectlPath is the kubectl beside the API server's binaries, if there is
+// one, else kubectl from PATH.
+func kubectlPath() string {
+	if a := os.Getenv("KUBEBUILDER_ASSETS"); a != "" {
+		if _, err := os.Stat(filepath.Join(a, "kubectl")); err == nil {
+			return filepath.Join(a, "kubectl")
+		}
+	}
+	return "kubectl"
 }
 
 // step logs a line with the elapsed time.
@@ -246,29 +255,14 @@ func (d *demo) rollout(ctx context.Context, f *sim.ProcFleet) int {
 		case <-tick.C:
 		}
 		snap := collect(ctx, f, d.start)
-		if d.scr.tty {
-			d.scr.table(render(snap))
-		} else if time.Since(lastPlain) >= cfg.every {
-			lastPlain = time.Now()
-			d.scr.snapshot(render(snap))
-		}
+		d.show(snap, &lastPlain)
 		if !shownMid {
-			if node, ok := waitingForReboot(snap); ok {
-				shownMid = true
-				d.step("mid-rollout, as an operator would ask (in-process, against this API server):")
-				d.plugin(ctx, f, "status", f.Pool)
-				d.plugin(ctx, f, "explain", node)
-			}
+			shownMid = d.showMidRollout(ctx, f, snap)
 		}
 		if changedAt == 0 && snap.poolTarget == v2 && int(snap.pool.Updated)*2 >= cfg.nodes {
-			v3, err := f.Push("v3")
+			v3, err := d.changeImage(ctx, f, snap)
 			if err != nil {
 				d.scr.logf("%v", err)
-				return exitFailed
-			}
-			d.step("%d/%d nodes run v2: pushed %s and changed the pool image to it, mid-rollout", snap.pool.Updated, cfg.nodes, f.TagRef("v3"))
-			if err := f.SetPoolImage(ctx, "v3"); err != nil {
-				d.scr.logf("changing the pool image: %v", err)
 				return exitFailed
 			}
 			target, changedAt = v3, time.Since(d.start)
@@ -296,6 +290,43 @@ func (d *demo) rollout(ctx context.Context, f *sim.ProcFleet) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// show redraws the table, or on a plain screen prints a snapshot every
+// cfg.every.
+func (d *demo) show(s snap, lastPlain *time.Time) {
+	if d.scr.tty {
+		d.scr.table(render(s))
+	} else if time.Since(*lastPlain) >= d.cfg.every {
+		*lastPlain = time.Now()
+		d.scr.snapshot(render(s))
+	}
+}
+
+// showMidRollout runs the plugin's status and explain once a node waits for
+// a reboot slot while every one is held, and says whether it did.
+func (d *demo) showMidRollout(ctx context.Context, f *sim.ProcFleet, s snap) bool {
+	node, ok := waitingForReboot(s)
+	if !ok {
+		return false
+	}
+	d.step("mid-rollout, as an operator would ask (in-process, against this API server):")
+	d.plugin(ctx, f, "status", f.Pool)
+	d.plugin(ctx, f, "explain", node)
+	return true
+}
+
+// changeImage pushes v3 and points the pool at it, mid-rollout.
+func (d *demo) changeImage(ctx context.Context, f *sim.ProcFleet, s snap) (string, error) {
+	v3, err := f.Push("v3")
+	if err != nil {
+		return "", err
+	}
+	d.step("%d/%d nodes run v2: pushed %s and changed the pool image to it, mid-rollout", s.pool.Updated, d.cfg.nodes, f.TagRef("v3"))
+	if err := f.SetPoolImage(ctx, "v3"); err != nil {
+		return "", fmt.Errorf("changing the pool image: %w", err)
+	}
+	return v3, nil
 }
 
 // summary checks the invariants and prints what happened; it reports

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -155,20 +156,7 @@ func collect(ctx context.Context, f *sim.ProcFleet, start time.Time) snap {
 	for _, n := range nodes.Items {
 		byNode[n.Name] = n
 	}
-	slots := map[string][]string{}
-	if leases != nil {
-		for _, l := range leases.Items {
-			g, err := lease.Parse(&l)
-			if err != nil {
-				continue
-			}
-			slot := string(g.Kind)
-			if g.Phase != "" {
-				slot += ":" + string(g.Phase)
-			}
-			slots[g.Holder] = append(slots[g.Holder], slot)
-		}
-	}
+	slots := slotsHeld(leases)
 	reboots := f.Reboots()
 	for _, n := range f.Nodes {
 		r := nodeRow{name: n.Name, down: n.Down(), reboots: reboots[n.Name], slots: slots[n.Name]}
@@ -203,6 +191,26 @@ func collect(ctx context.Context, f *sim.ProcFleet, start time.Time) snap {
 	}
 	s.recent = narrate(f.Log.Events(), s.images, start, 6)
 	return s
+}
+
+// slotsHeld lists each holder's slots as kind[:phase] (nil leases: none).
+func slotsHeld(leases *coordinationv1.LeaseList) map[string][]string {
+	slots := map[string][]string{}
+	if leases == nil {
+		return slots
+	}
+	for _, l := range leases.Items {
+		g, err := lease.Parse(&l)
+		if err != nil {
+			continue
+		}
+		slot := string(g.Kind)
+		if g.Phase != "" {
+			slot += ":" + string(g.Phase)
+		}
+		slots[g.Holder] = append(slots[g.Holder], slot)
+	}
+	return slots
 }
 
 // labelOf names a pinned image by the tag it was pushed as: "v2 96ca2e5d".

@@ -236,16 +236,7 @@ func switchCmd(ctx context.Context, st Store, gen generationSpec, args []string,
 		return usageFail(stderr, unexpectedArg(f.positional[1], switchUsage))
 	}
 	target := f.positional[0]
-	switch {
-	case f.set["--mutate-in-place"]:
-		// switch_origin_inplace (crates/lib/src/deploy.rs) writes the origin
-		// of the newest deployment under /sysroot without the private mount
-		// namespace get_storage sets up; on a booted host /sysroot is
-		// mounted read-only.
-		fmt.Fprint(stderr, "error: Switching: Writing origin: Read-only file system (os error 30)\n")
-		return exitError
-	case f.set["--apply"]:
-		fmt.Fprint(stderr, "error: test-bootc: --apply is not simulated (reboot through logind)\n")
+	if unsupportedSwitch(f, stderr) {
 		return exitError
 	}
 	locked := f.set["--download-only"]
@@ -297,6 +288,24 @@ func switchCmd(ctx context.Context, st Store, gen generationSpec, args []string,
 	return exitOK
 }
 
+// unsupportedSwitch refuses the switch modes a booted host cannot run or
+// the simulation does not play, and says whether it did.
+func unsupportedSwitch(f parsedFlags, stderr io.Writer) bool {
+	switch {
+	case f.set["--mutate-in-place"]:
+		// switch_origin_inplace (crates/lib/src/deploy.rs) writes the origin
+		// of the newest deployment under /sysroot without the private mount
+		// namespace get_storage sets up; on a booted host /sysroot is
+		// mounted read-only.
+		fmt.Fprint(stderr, "error: Switching: Writing origin: Read-only file system (os error 30)\n")
+		return true
+	case f.set["--apply"]:
+		fmt.Fprint(stderr, "error: test-bootc: --apply is not simulated (reboot through logind)\n")
+		return true
+	}
+	return false
+}
+
 const upgradeUsage = "bootc upgrade [OPTIONS]"
 
 // upgrade is `bootc upgrade` (crates/lib/src/cli.rs: UpgradeOpts, upgrade).
@@ -345,28 +354,11 @@ func upgrade(ctx context.Context, st Store, gen generationSpec, args []string, s
 			line += "\nStaged deployment is soft-reboot capable, preparing for soft-reboot..."
 		}
 	} else {
-		var fetch bool
-		var target pullTarget
-		if err := st.Update(func(m *Machine) error {
-			fetch = m.needsFetch()
-			target.ref, _ = ParseSwitchRef(m.Spec())
-			target.sig = m.SpecSignature()
-			return nil
-		}); err != nil {
-			return result(stderr, err)
+		var code int
+		var done bool
+		if line, code, done, err = downloadUpgrade(ctx, st, stderr); done {
+			return code
 		}
-		if fetch {
-			if code, done := pull(ctx, st, stderr); done {
-				return code
-			}
-		}
-		var fetched string
-		if target.ref.Digest != "" {
-			if fetched, err = fetchIfPulling(ctx, st, target); err != nil {
-				return result(stderr, fmt.Errorf("Upgrading: %w", err))
-			}
-		}
-		err = st.Update(func(m *Machine) error { line, err = m.UpgradeFetched(fetched); return err })
 	}
 	if err != nil {
 		var fe *FailureError
@@ -379,6 +371,35 @@ func upgrade(ctx context.Context, st Store, gen generationSpec, args []string, s
 		fmt.Fprintln(stdout, line)
 	}
 	return exitOK
+}
+
+// downloadUpgrade is `bootc upgrade --download-only` under the sysroot
+// lock: pull the spec's image when it needs fetching and stage it locked.
+// done: the command ends now with code.
+func downloadUpgrade(ctx context.Context, st Store, stderr io.Writer) (line string, code int, done bool, err error) {
+	var fetch bool
+	var target pullTarget
+	if err := st.Update(func(m *Machine) error {
+		fetch = m.needsFetch()
+		target.ref, _ = ParseSwitchRef(m.Spec())
+		target.sig = m.SpecSignature()
+		return nil
+	}); err != nil {
+		return "", result(stderr, err), true, nil
+	}
+	if fetch {
+		if code, done := pull(ctx, st, stderr); done {
+			return "", code, true, nil
+		}
+	}
+	var fetched string
+	if target.ref.Digest != "" {
+		if fetched, err = fetchIfPulling(ctx, st, target); err != nil {
+			return "", result(stderr, fmt.Errorf("Upgrading: %w", err)), true, nil
+		}
+	}
+	err = st.Update(func(m *Machine) error { line, err = m.UpgradeFetched(fetched); return err })
+	return line, exitOK, false, err
 }
 
 // fetchIfPulling runs the registry side of a pull in pull mode and returns

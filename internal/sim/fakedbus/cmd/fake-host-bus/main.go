@@ -70,38 +70,12 @@ func run(dir, addressFile, marker, onReboot string, rebootArgs []string, onSoft 
 	}
 	defer stop()
 
-	var mu sync.Mutex
-	record := func(event string) {
-		if marker == "" {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		f, err := os.OpenFile(marker, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "fake-host-bus: marker: %v\n", err)
-			return
-		}
-		fmt.Fprintf(f, "%s %s\n", event, time.Now().UTC().Format(time.RFC3339Nano))
-		f.Close()
-	}
-	start := func(prog string, args []string) {
-		if prog == "" {
-			return
-		}
-		cmd := exec.Command(prog, args...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			fmt.Fprintf(os.Stderr, "fake-host-bus: %s: %v\n", prog, err)
-			return
-		}
-		go cmd.Wait()
-	}
+	record := (&markerFile{path: marker}).record
 
 	sd := &fakedbus.Systemd1{SoftRebootsCount: softCount, OmitSoftRebootsCount: noSoftCount, JobResult: jobResult}
 	softReboot := func() {
 		record("soft-reboot")
-		start(onSoft, softArgs)
+		startProgram(onSoft, softArgs)
 		// The count the next userspace will read.
 		sd.SetSoftRebootsCount(sd.CurrentSoftRebootsCount() + 1)
 	}
@@ -109,7 +83,7 @@ func run(dir, addressFile, marker, onReboot string, rebootArgs []string, onSoft 
 	// the agent ask for it) or straight from starting the target.
 	sd.OnSoftReboot = softReboot
 	l1 := &fakedbus.Login1{
-		OnReboot:     func() { record("reboot"); start(onReboot, rebootArgs) },
+		OnReboot:     func() { record("reboot"); startProgram(onReboot, rebootArgs) },
 		OnSoftReboot: softReboot,
 		OnPowerOff:   func() { record("poweroff") },
 		NoSoftReboot: noSoftCount,
@@ -123,16 +97,59 @@ func run(dir, addressFile, marker, onReboot string, rebootArgs []string, onSoft 
 	}
 	defer l1.Close()
 
-	if addressFile != "" {
-		tmp := addressFile + ".tmp"
-		if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, addressFile); err != nil {
-			return err
-		}
+	if err := writeAddress(addressFile, addr); err != nil {
+		return err
 	}
 	fmt.Println(addr)
 	<-ctx.Done()
 	return nil
+}
+
+// markerFile appends one line per event to path (nothing when path is "").
+type markerFile struct {
+	path string
+	mu   sync.Mutex
+}
+
+func (m *markerFile) record(event string) {
+	if m.path == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, err := os.OpenFile(m.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fake-host-bus: marker: %v\n", err)
+		return
+	}
+	fmt.Fprintf(f, "%s %s\n", event, time.Now().UTC().Format(time.RFC3339Nano))
+	f.Close()
+}
+
+// startProgram starts prog with args (nothing when prog is "") and does not
+// wait for it.
+func startProgram(prog string, args []string) {
+	if prog == "" {
+		return
+	}
+	cmd := exec.Command(prog, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "fake-host-bus: %s: %v\n", prog, err)
+		return
+	}
+	go cmd.Wait()
+}
+
+// writeAddress writes the bus address to path atomically (nothing when path
+// is "").
+func writeAddress(path, addr string) error {
+	if path == "" {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
