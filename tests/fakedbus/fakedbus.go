@@ -13,12 +13,14 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/fakedbus"
 )
 
-// Login1 is a fake logind; Systemd1 a fake systemd manager.
-type (
-	Login1     = fakedbus.Login1
-	Systemd1   = fakedbus.Systemd1
-	RebootCall = fakedbus.RebootCall
-)
+// Login1 is a fake logind.
+type Login1 = fakedbus.Login1
+
+// Systemd1 is a fake systemd manager.
+type Systemd1 = fakedbus.Systemd1
+
+// RebootCall records one reboot request to Login1.
+type RebootCall = fakedbus.RebootCall
 
 // FlagSoftReboot is logind's SD_LOGIND_SOFT_REBOOT.
 const FlagSoftReboot = fakedbus.FlagSoftReboot

@@ -10,19 +10,35 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
-// The simulated host and its state (internal/sim/testbootc says more).
-type (
-	Machine       = testbootc.Machine
-	State         = testbootc.State
-	Deployment    = testbootc.Deployment
-	Knobs         = testbootc.Knobs
-	Failure       = testbootc.Failure
-	Duration      = testbootc.Duration
-	RebootOptions = testbootc.RebootOptions
-	Generation    = testbootc.Generation
-	Dir           = testbootc.Dir
-	Mem           = testbootc.Mem
-)
+// Machine is one simulated bootc host.
+type Machine = testbootc.Machine
+
+// State is everything a Machine holds.
+type State = testbootc.State
+
+// Deployment is one ostree deployment of a container image.
+type Deployment = testbootc.Deployment
+
+// Knobs are the behaviours a test sets.
+type Knobs = testbootc.Knobs
+
+// Failure makes a command fail like bootc does.
+type Failure = testbootc.Failure
+
+// Duration is a time.Duration written as "1.5s" in JSON.
+type Duration = testbootc.Duration
+
+// RebootOptions shape a simulated reboot.
+type RebootOptions = testbootc.RebootOptions
+
+// Generation is a bootc release line whose command line Exec follows.
+type Generation = testbootc.Generation
+
+// Dir is a state directory the executable works over.
+type Dir = testbootc.Dir
+
+// Mem is a Store in memory.
+type Mem = testbootc.Mem
 
 // The bootc release lines tests pick.
 const (
