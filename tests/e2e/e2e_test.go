@@ -21,7 +21,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
-	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
 const (

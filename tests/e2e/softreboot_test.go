@@ -12,7 +12,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
 // An AllowSoftReboot rollout over two nodes running Debian 13's systemd 257
