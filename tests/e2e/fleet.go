@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
 // AgentUnit is the unit packaging/image/install.sh installs and enables.
