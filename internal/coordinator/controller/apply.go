@@ -261,7 +261,7 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 
 // stagingProgress: a Normal Event about a node's download (amendment 16).
 func stagingProgress(e plan.Event) bool {
-	return e.Type == corev1.EventTypeNormal && e.Reason == plan.EventStaged
+	return e.Type == corev1.EventTypeNormal && e.Reason == fleetv1.EventStaged
 }
 
 // applySlot makes one slot's changes of the pass on read with one Update and

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
 // Kinds of resolution failure; match them with errors.Is.
@@ -75,19 +77,19 @@ func Reason(err error) string {
 	case err == nil:
 		return ""
 	case errors.Is(err, ErrInvalidReference):
-		return "InvalidImageReference"
+		return fleetv1.ReasonInvalidImageReference
 	case errors.Is(err, ErrNotFound):
-		return "ImageNotFound"
+		return fleetv1.ReasonImageNotFound
 	case errors.Is(err, ErrUnauthorized):
-		return "RegistryUnauthorized"
+		return fleetv1.ReasonRegistryUnauthorized
 	case errors.Is(err, ErrTLS):
-		return "RegistryTLSFailure"
+		return fleetv1.ReasonRegistryTLSFailure
 	case errors.Is(err, ErrUnreachable):
-		return "RegistryUnreachable"
+		return fleetv1.ReasonRegistryUnreachable
 	case errors.Is(err, ErrBadResponse):
-		return "RegistryBadResponse"
+		return fleetv1.ReasonRegistryBadResponse
 	default:
-		return "ResolveFailed"
+		return fleetv1.ReasonResolveFailed
 	}
 }
 
