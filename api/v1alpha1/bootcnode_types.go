@@ -39,6 +39,7 @@ type BootcNodeSpec struct {
 // +kubebuilder:validation:Enum=Idle;Waiting;Staging;Staged;Rebooting;Degraded
 type NodePhase string
 
+// The phases of a node, in the order a rollout moves it through them.
 const (
 	// PhaseIdle: booted on the desired image, or nothing desired.
 	PhaseIdle NodePhase = "Idle"
@@ -134,8 +135,8 @@ const (
 	SignatureOstreeRemote    ImageSignature = "OstreeRemote"
 )
 
-// Verified: bootc enforced the host's container signature policy when it
-// fetched d, as a pool with requireSignedImages asks.
+// Verified says bootc enforced the host's container signature policy when
+// it fetched d, as a pool with requireSignedImages asks.
 func (d *Deployment) Verified() bool { return d != nil && d.Signature == SignatureContainerPolicy }
 
 // MaxStatusMessage bounds BootcNodeStatus.message (the CRD's maxLength).
@@ -233,10 +234,6 @@ type BootcNodeList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BootcNode `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&BootcNode{}, &BootcNodeList{})
 }
 
 // The coordinator's view of a node in its pool's rollout, on the BootcNode

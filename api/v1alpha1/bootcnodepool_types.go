@@ -348,7 +348,3 @@ type BootcNodePoolList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BootcNodePool `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&BootcNodePool{}, &BootcNodePoolList{})
-}

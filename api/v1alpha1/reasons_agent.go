@@ -87,11 +87,12 @@ const (
 	ReasonStagedNotVerified = "StagedNotVerified"
 )
 
-// Reasons of ConditionAPIAccess: ReasonAsExpected, or ReasonRequestRefused
-// while the API server refuses one of the agent's requests.
+// ReasonRequestRefused is the reason of ConditionAPIAccess while the API
+// server refuses one of the agent's requests (ReasonAsExpected otherwise).
 const ReasonRequestRefused = "RequestRefused"
 
-// Reason of the agent's GrantsReadable condition when False (True is
-// ReasonAsExpected): a Lease labelled with this node does not follow the
-// slot protocol; it is ignored, never acted on.
+// ReasonMalformedGrant is the reason of the agent's GrantsReadable
+// condition when False (True is ReasonAsExpected): a Lease labelled with
+// this node does not follow the slot protocol; it is ignored, never acted
+// on.
 const ReasonMalformedGrant = "MalformedGrant"

@@ -96,7 +96,7 @@ func Reason(err error) string {
 // classify turns a go-containerregistry failure into an *Error. rctx is the
 // context of the attempt, bounded by timeout; insecure says plain HTTP was
 // allowed, so a failed TLS attempt before it is expected noise.
-func classify(ref, registry string, insecure bool, timeout time.Duration, rctx context.Context, err error) *Error {
+func classify(rctx context.Context, ref, registry string, insecure bool, timeout time.Duration, err error) *Error {
 	e := &Error{Ref: ref, Registry: registry, Err: err}
 	switch {
 	case errors.Is(err, errPlainHTTP):
@@ -159,7 +159,7 @@ func isFinal(err error) bool {
 		return false
 	}
 	k := kindOfStatus(te)
-	return k == ErrUnauthorized || k == ErrUnreachable
+	return errors.Is(k, ErrUnauthorized) || errors.Is(k, ErrUnreachable)
 }
 
 func isTLS(err error) bool {

@@ -186,10 +186,10 @@ func (r *Resolver) Resolve(ctx context.Context, ref string, auth authn.Keychain)
 		}
 		var e *Error
 		if !errors.As(err, &e) {
-			e = classify(ref, registry, r.insecure[registry], r.timeout, rctx, err)
+			e = classify(rctx, ref, registry, r.insecure[registry], r.timeout, err)
 		}
 		e.Ref, e.Registry = ref, registry
-		if at >= 0 && e.Kind != ErrBadResponse {
+		if at >= 0 && !errors.Is(e.Kind, ErrBadResponse) {
 			// The digest is the user's; only what it is stays unknown.
 			return Target{Image: pinned, Uninspected: e}, nil
 		}
