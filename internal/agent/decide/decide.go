@@ -11,6 +11,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -651,9 +652,5 @@ func describe(d *Deployment) string {
 
 // short abbreviates a digest for messages a person reads: repo@sha256:ab12cd34ef56….
 func short(p imageref.Pinned) string {
-	d := p.Digest
-	if len(d) > len("sha256:")+12 {
-		d = d[:len("sha256:")+12] + "…"
-	}
-	return p.Repository + "@" + d
+	return p.Repository + "@" + text.ShortDigest(p.Digest)
 }
