@@ -15,8 +15,7 @@ const (
 	ReasonFailuresReached = "FailuresReached"
 	ReasonNotHalted       = "NotHalted"
 	// ReasonAsExpected is the reason of a condition in its healthy state,
-	// on pools (Degraded, AgentsReporting) and on BootcNodes (APIAccess,
-	// GrantsReadable).
+	// on pools (Degraded) and on BootcNodes (APIAccess, GrantsReadable).
 	ReasonAsExpected           = "AsExpected"
 	ReasonNoNodes              = "NoNodes"
 	ReasonInvalidSpec          = "InvalidSpec"
@@ -45,21 +44,26 @@ const (
 	ReasonUndecodableObject = "UndecodableObject"
 )
 
-// Reasons a pool's target could not be resolved to a digest (the
-// Degraded condition while it is not).
+// Why a pool's spec.image could not be resolved to a digest: the pool is
+// Degraded, reason ResolveFailed, and its message starts with one of these
+// (as does the PlatformImages NotInspected message).
 const (
-	// ReasonResolveFailed: any other failure.
+	// ReasonResolveFailed: the condition's reason, and the cause of any
+	// failure not named below.
 	ReasonResolveFailed = "ResolveFailed"
-	// ReasonInvalidImageReference: spec.image is no valid reference.
+	// ReasonInvalidImageReference: spec.image is no reference bootc-fleet
+	// accepts; no request was made.
 	ReasonInvalidImageReference = "InvalidImageReference"
 	// ReasonImageNotFound: the registry has no such repository or tag.
 	ReasonImageNotFound = "ImageNotFound"
-	// ReasonRegistryTLSFailure: the TLS handshake with the registry failed.
+	// ReasonRegistryTLSFailure: the TLS connection failed, or the registry
+	// speaks plain HTTP and is not listed as insecure.
 	ReasonRegistryTLSFailure = "RegistryTLSFailure"
-	// ReasonRegistryUnreachable: the registry did not answer in time.
+	// ReasonRegistryUnreachable: no usable answer from the registry
+	// (network failure, timeout, rate limit or server error).
 	ReasonRegistryUnreachable = "RegistryUnreachable"
-	// ReasonRegistryBadResponse: the registry answered with something that
-	// is no manifest.
+	// ReasonRegistryBadResponse: the registry answered with something
+	// unusable.
 	ReasonRegistryBadResponse = "RegistryBadResponse"
 	// ReasonImagePullSecretInvalid: the credentials the pool names
 	// (spec.imagePullSecret, or the coordinator's auth file) cannot be used.
