@@ -14,18 +14,18 @@ import (
 const Ellipsis = "…"
 
 // Truncate returns s made valid UTF-8 (each run of invalid bytes becomes one
-// U+FFFD) and, if that is longer than max
+// U+FFFD) and, if that is longer than limit
 // bytes, cut at the last rune boundary that leaves room for Ellipsis, which
-// it then ends with. The result is at most max bytes (for max >= 3) and a
+// it then ends with. The result is at most limit bytes (for limit >= 3) and a
 // fixed point: Truncate(Truncate(s, n), n) == Truncate(s, n).
-func Truncate(s string, max int) string {
+func Truncate(s string, limit int) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, string(utf8.RuneError))
 	}
-	if len(s) <= max {
+	if len(s) <= limit {
 		return s
 	}
-	cut := max - len(Ellipsis)
+	cut := limit - len(Ellipsis)
 	if cut < 0 {
 		cut = 0
 	}

@@ -31,7 +31,7 @@ func TestTruncateCutsAtRuneBoundaries(t *testing.T) {
 	}
 }
 
-// Whatever the input, the result is valid UTF-8, at most max bytes, survives
+// Whatever the input, the result is valid UTF-8, at most limit bytes, survives
 // a JSON round trip unchanged (what the API server stores is what was
 // computed), and truncating it again changes nothing.
 func TestTruncateIsStableThroughJSON(t *testing.T) {
@@ -43,16 +43,16 @@ func TestTruncateIsStableThroughJSON(t *testing.T) {
 		for n := rng.IntN(60); n > 0; n-- {
 			b.WriteString(pieces[rng.IntN(len(pieces))])
 		}
-		in, max := b.String(), 3+rng.IntN(40)
-		got := Truncate(in, max)
+		in, limit := b.String(), 3+rng.IntN(40)
+		got := Truncate(in, limit)
 		raw, _ := json.Marshal(got)
 		var back string
 		if err := json.Unmarshal(raw, &back); err != nil {
 			t.Fatal(err)
 		}
-		if !utf8.ValidString(got) || len(got) > max || back != got || Truncate(got, max) != got {
+		if !utf8.ValidString(got) || len(got) > limit || back != got || Truncate(got, limit) != got {
 			t.Fatalf("seed %d: Truncate(%q, %d) = %q (valid %v, %d bytes, after JSON %q, again %q)",
-				seed, in, max, got, utf8.ValidString(got), len(got), back, Truncate(got, max))
+				seed, in, limit, got, utf8.ValidString(got), len(got), back, Truncate(got, limit))
 		}
 	}
 }

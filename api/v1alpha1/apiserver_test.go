@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
@@ -306,10 +307,7 @@ func truncateErr(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
-	if s := err.Error(); len(s) > 400 {
-		return s[:400] + "..."
-	}
-	return err.Error()
+	return text.Truncate(err.Error(), 400)
 }
 
 func TestStatusWriteKeepsGeneration(t *testing.T) {

@@ -39,6 +39,7 @@ type BootcNodeSpec struct {
 // +kubebuilder:validation:Enum=Idle;Waiting;Staging;Staged;Rebooting;Degraded
 type NodePhase string
 
+// The phases of a node, in the order a rollout moves it through them.
 const (
 	// PhaseIdle: booted on the desired image, or nothing desired.
 	PhaseIdle NodePhase = "Idle"
@@ -54,64 +55,11 @@ const (
 	PhaseDegraded NodePhase = "Degraded"
 )
 
-// Reasons the agent gives with PhaseDegraded (and a few informational ones).
-const (
-	// ReasonUnlockedWithoutGrant: the staged deployment is unlocked but the reboot grant is gone.
-	ReasonUnlockedWithoutGrant = "UnlockedWithoutGrant"
-	// ReasonRebootDidNotHappen: a recorded reboot did not happen within rebootTimeout.
-	ReasonRebootDidNotHappen = "RebootDidNotHappen"
-	// ReasonBootedUnexpectedImage: after a recorded reboot the node booted another image.
-	ReasonBootedUnexpectedImage = "BootedUnexpectedImage"
-	// ReasonStatusUnavailable: bootc status could not be read or parsed.
-	ReasonStatusUnavailable = "StatusUnavailable"
-	// ReasonRecordUnreadable: the reboot record is torn or corrupt.
-	ReasonRecordUnreadable = "RecordUnreadable"
-	// ReasonStageFailed: bootc switch --download-only failed.
-	ReasonStageFailed = "StageFailed"
-	// ReasonStageTimedOut: a stage did not finish within the pool's
-	// stageTimeout (carried on the stage grant); the agent cancelled it and
-	// let go of the grant (docs/design.md, amendment 19).
-	ReasonStageTimedOut = "StageTimedOut"
-	// ReasonStagedDigestMismatch: the staged digest is not the granted one.
-	ReasonStagedDigestMismatch = "StagedDigestMismatch"
-	// ReasonInvalidDesiredImage: spec.desiredImage failed validation.
-	ReasonInvalidDesiredImage = "InvalidDesiredImage"
-	// ReasonRebootTimeout: set by the coordinator on the grant when the node did not come back.
-	ReasonRebootTimeout = "RebootTimeout"
-	// ReasonGrantedInAnotherBoot: a grant the agent lists as released because
-	// it was issued in another boot (void in this one).
-	ReasonGrantedInAnotherBoot = "GrantedInAnotherBoot"
-	// ReasonRebootGrantUnused: a reboot grant of an earlier boot that the
-	// agent lists as released because it never rebooted under it (no reboot
-	// record names it and no reboot spent it): the node went down some
-	// other way (power loss, a person) before the agent used the grant.
-	ReasonRebootGrantUnused = "RebootGrantUnused"
-	// ReasonBootcUnsupported: the installed bootc cannot stage an image
-	// without applying it; the message names the version found.
-	ReasonBootcUnsupported = "BootcUnsupported"
-	// ReasonSignatureRejected: bootc refused to stage the desired image
-	// under the host's container signature policy (the message is bootc's).
-	// The agent does not try that image again in this run; the coordinator
-	// counts the node as failed (haltAfterFailures).
-	ReasonSignatureRejected = "SignatureRejected"
-	// ReasonRegistryUnauthorized starts the message of a StageFailed whose
-	// cause is the registry refusing bootc's credentials (HTTP 401/403), and
-	// is the pool's ResolveFailed reason for the coordinator's own refusal.
-	ReasonRegistryUnauthorized = "RegistryUnauthorized"
-)
-
 // ConditionAPIAccess is a BootcNode condition the agent keeps: False while
 // the API server refuses one of its requests (a read of its grants, a confirm
 // read, a status write), with the server's message, so a refusal shows on
 // the node instead of only in the agent's log.
 const ConditionAPIAccess = "APIAccess"
-
-// Reasons of ConditionAPIAccess.
-const (
-	ReasonAPIAccessOK     = "AsExpected"
-	ReasonRequestRefused  = "RequestRefused"
-	ReasonRequestsFailing = "RequestsFailing"
-)
 
 // GrantInUse is a slot grant the agent holds and reports in its status. The
 // agent writes no Lease (docs/design.md, amendment 8): listing a grant here,
@@ -187,8 +135,8 @@ const (
 	SignatureOstreeRemote    ImageSignature = "OstreeRemote"
 )
 
-// Verified: bootc enforced the host's container signature policy when it
-// fetched d, as a pool with requireSignedImages asks.
+// Verified says bootc enforced the host's container signature policy when
+// it fetched d, as a pool with requireSignedImages asks.
 func (d *Deployment) Verified() bool { return d != nil && d.Signature == SignatureContainerPolicy }
 
 // MaxStatusMessage bounds BootcNodeStatus.message (the CRD's maxLength).
@@ -286,10 +234,6 @@ type BootcNodeList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BootcNode `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&BootcNode{}, &BootcNodeList{})
 }
 
 // The coordinator's view of a node in its pool's rollout, on the BootcNode

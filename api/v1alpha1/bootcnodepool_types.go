@@ -235,59 +235,6 @@ const (
 // The value, if any, is shown as the reason.
 const AnnotationHold = "fleet.bootc.dev/hold"
 
-// Pool condition reasons.
-const (
-	ReasonRollingOut      = "RollingOut"
-	ReasonAllUpdated      = "AllUpdated"
-	ReasonPaused          = "Paused"
-	ReasonResolveFailed   = "ResolveFailed"
-	ReasonNodeConflict    = "NodeConflict"
-	ReasonNodesDegraded   = "NodesDegraded"
-	ReasonFailuresReached = "FailuresReached"
-	ReasonNotHalted       = "NotHalted"
-	ReasonAsExpected      = "AsExpected"
-	ReasonWaitingForNodes = "WaitingForNodes"
-	ReasonNoNodes         = "NoNodes"
-	ReasonInvalidSpec     = "InvalidSpec"
-	ReasonImageChanged    = "ImageChanged"
-	ReasonDrainFailed     = "DrainFailed"
-	ReasonAgentsReporting = "AgentsReporting"
-	ReasonAgentsQuiet     = "AgentsQuiet"
-	ReasonAgentsRefused   = "AgentRequestsRefused"
-	// ReasonStagingWithoutGrant (AgentsReporting): a node reported phase
-	// Staging without a stage grant for longer than stageTimeout plus a
-	// lease duration; its share of maxStaging lapsed (amendment 20).
-	ReasonStagingWithoutGrant = "StagingWithoutGrant"
-	// PlatformImages reasons.
-	ReasonSingleManifest   = "SingleManifest"
-	ReasonPlatformsMatched = "PlatformsMatched"
-	ReasonPlatformMissing  = "PlatformMissing"
-	ReasonNotInspected     = "NotInspected"
-	// NodeSelectorRestricted reasons.
-	ReasonSelfSettableLabels = "SelfSettableLabels"
-	ReasonRestrictedLabels   = "RestrictedLabels"
-	// MaintenanceWindow reasons.
-	ReasonWindowOpen    = "WindowOpen"
-	ReasonWindowClosed  = "WindowClosed"
-	ReasonInvalidWindow = "InvalidWindow"
-	// ObjectsReadable reason, and the reason of the Warning Event naming
-	// an object the coordinator cannot decode.
-	ReasonUndecodableObject = "UndecodableObject"
-)
-
-// Why a node has no image in its pool's multi-arch index (the reason of
-// AnnotationNoPlatformImage).
-const (
-	// ReasonPlatformNotInIndex: the index has no image for the node's platform.
-	ReasonPlatformNotInIndex = "PlatformNotInIndex"
-	// ReasonPlatformAmbiguous: the index has several images for the node's
-	// platform that cannot be told apart (e.g. arm64 and arm64/v8).
-	ReasonPlatformAmbiguous = "PlatformAmbiguous"
-	// ReasonNodePlatformUnknown: the Node reports no usable
-	// status.nodeInfo.operatingSystem or architecture.
-	ReasonNodePlatformUnknown = "NodePlatformUnknown"
-)
-
 // AnnotationNoPlatformImage is written by the coordinator on a BootcNode
 // whose pool's target is a multi-arch index with no usable image for the
 // node's platform: "<Reason>: <message>", Reason one of PlatformNotInIndex,
@@ -400,8 +347,4 @@ type BootcNodePoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BootcNodePool `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&BootcNodePool{}, &BootcNodePoolList{})
 }

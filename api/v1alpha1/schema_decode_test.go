@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
@@ -276,9 +278,10 @@ func (w *schemaWalker) try(path string, segs []string, v any) {
 	}
 }
 
+// shorten cuts a long value for a failure message, saying how long it was.
 func shorten(s string) string {
-	if r := []rune(s); len(r) > 40 {
-		return string(r[:20]) + fmt.Sprintf("...(%d chars)", len(r))
+	if n := utf8.RuneCountInString(s); n > 40 {
+		return fmt.Sprintf("%s(%d chars)", text.Truncate(s, 24), n)
 	}
 	return s
 }

@@ -83,9 +83,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 			return
 		}
 		if f.Name == "watch-path" {
-			for _, p := range strings.Split(v, ":") {
-				o.watchPaths = append(o.watchPaths, p)
-			}
+			o.watchPaths = append(o.watchPaths, strings.Split(v, ":")...)
 			return
 		}
 		if err := f.Value.Set(v); err != nil && envErr == nil {

@@ -37,53 +37,15 @@ func (s *stringList) Set(v string) error {
 }
 
 func main() {
-	showVersion := flag.Bool("version", false, "print the version and exit")
-	var (
-		leaderElect     = flag.Bool("leader-elect", false, "elect one active replica through a Lease")
-		leaderNamespace = flag.String("leader-election-namespace", lease.Namespace, "namespace of the leader-election Lease")
-		metricsAddr     = flag.String("metrics-bind-address", ":8443", "address of /metrics (0 disables)")
-		metricsSecure   = flag.Bool("metrics-secure", true, "serve /metrics over HTTPS to callers the API server authenticates and authorizes (get on the non-resource URL /metrics); false serves plain HTTP to anyone")
-		metricsCertDir  = flag.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics (reloaded on change); empty: a self-signed certificate")
-		probeAddr       = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
-		pprofAddr       = flag.String("pprof-bind-address", "0", "address of Go's /debug/pprof/ profiles, plain HTTP and unauthenticated: bind it to localhost (0 disables)")
-		resolveInterval = flag.Duration("resolve-interval", controller.DefaultResolveInterval, "how often a tag is re-resolved to a digest")
-		leaseDuration   = flag.Duration("lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants; a stage grant whose holder was not seen reporting for this long expires")
-		quietAfter      = flag.Duration("quiet-after", controller.DefaultQuietAfter, "a node with rollout work whose agent has not reported for this long is counted and named on its pool")
-		requeue         = flag.Duration("requeue-interval", controller.DefaultRequeueInterval, "longest time a pool goes without a reconcile")
-		workers         = flag.Int("workers", controller.DefaultWorkers, "pools reconciled at once")
-		resolveTimeout  = flag.Duration("resolve-timeout", 30*time.Second, "bound on one registry lookup")
-		logLevel        = flag.String("log-level", "info", "debug, info or error")
-		registryCA      = flag.String("registry-ca-file", "", "PEM bundle of CAs trusted for registries, in addition to the system's")
-		registryAuth    = flag.String("registry-auth-file", "", "docker config.json with registry credentials for every pool (e.g. a mounted kubernetes.io/dockerconfigjson Secret); a pool's spec.imagePullSecret comes first")
-		insecure        stringList
-	)
-	flag.Var(&insecure, "insecure-registry", "registry host[:port] reachable over plain HTTP (repeatable)")
-	// --kubeconfig is registered by controller-runtime: the flag, then
-	// $KUBECONFIG, then the in-cluster config, then ~/.kube/config.
-	flag.Parse()
-	if *showVersion {
+	f := parseFlags()
+	if f.showVersion {
 		fmt.Println("bootc-fleet-coordinator", version)
 		return
 	}
-
-	lvl, err := parseLevel(*logLevel)
+	lvl, err := f.check()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bootc-fleet-coordinator:", err)
 		os.Exit(2)
-	}
-	if *leaseDuration < 4*time.Second {
-		fmt.Fprintf(os.Stderr, "bootc-fleet-coordinator: --lease-duration must be at least 4s (agents report 4 times per lease), got %s\n", *leaseDuration)
-		os.Exit(2)
-	}
-	if *workers < 1 {
-		fmt.Fprintf(os.Stderr, "bootc-fleet-coordinator: --workers must be at least 1, got %d\n", *workers)
-		os.Exit(2)
-	}
-	if *registryAuth != "" {
-		if err := controller.CheckRegistryAuthFile(*registryAuth); err != nil {
-			fmt.Fprintln(os.Stderr, "bootc-fleet-coordinator:", err)
-			os.Exit(2)
-		}
 	}
 	// Times to the microsecond: a rollout's steps are milliseconds apart.
 	ctrl.SetLogger(zap.New(zap.Level(lvl), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }))
@@ -103,25 +65,8 @@ func main() {
 		log.Error(err, "no API server configuration")
 		os.Exit(1)
 	}
-	c, err := controller.New(cfg, controller.Options{
-		LeaderElection:          *leaderElect,
-		LeaderElectionNamespace: *leaderNamespace,
-		MetricsBindAddress:      *metricsAddr,
-		MetricsSecure:           *metricsSecure,
-		MetricsCertDir:          *metricsCertDir,
-		HealthProbeBindAddress:  *probeAddr,
-		PprofBindAddress:        *pprofAddr,
-		ResolveInterval:         *resolveInterval,
-		LeaseDuration:           *leaseDuration,
-		QuietAfter:              *quietAfter,
-		RequeueInterval:         *requeue,
-		Workers:                 *workers,
-		ResolveTimeout:          *resolveTimeout,
-		InsecureRegistries:      insecure,
-		RegistryCAFile:          *registryCA,
-		RegistryAuthFile:        *registryAuth,
-		Logger:                  log,
-	})
+	f.opts.Logger = log
+	c, err := controller.New(cfg, f.opts)
 	if err != nil {
 		log.Error(err, "cannot start")
 		os.Exit(1)
@@ -133,6 +78,64 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("stopped")
+}
+
+// flags is the command line: the coordinator's options, and what main
+// itself reads.
+type flags struct {
+	opts        controller.Options
+	showVersion bool
+	logLevel    string
+}
+
+func parseFlags() *flags {
+	f := &flags{}
+	o := &f.opts
+	var insecure stringList
+	flag.BoolVar(&f.showVersion, "version", false, "print the version and exit")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "elect one active replica through a Lease")
+	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", lease.Namespace, "namespace of the leader-election Lease")
+	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "address of /metrics (0 disables)")
+	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS to callers the API server authenticates and authorizes (get on the non-resource URL /metrics); false serves plain HTTP to anyone")
+	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics (reloaded on change); empty: a self-signed certificate")
+	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
+	flag.StringVar(&o.PprofBindAddress, "pprof-bind-address", "0", "address of Go's /debug/pprof/ profiles, plain HTTP and unauthenticated: bind it to localhost (0 disables)")
+	flag.DurationVar(&o.ResolveInterval, "resolve-interval", controller.DefaultResolveInterval, "how often a tag is re-resolved to a digest")
+	flag.DurationVar(&o.LeaseDuration, "lease-duration", controller.DefaultLeaseDuration, "leaseDurationSeconds written on grants; a stage grant whose holder was not seen reporting for this long expires")
+	flag.DurationVar(&o.QuietAfter, "quiet-after", controller.DefaultQuietAfter, "a node with rollout work whose agent has not reported for this long is counted and named on its pool")
+	flag.DurationVar(&o.RequeueInterval, "requeue-interval", controller.DefaultRequeueInterval, "longest time a pool goes without a reconcile")
+	flag.IntVar(&o.Workers, "workers", controller.DefaultWorkers, "pools reconciled at once")
+	flag.DurationVar(&o.ResolveTimeout, "resolve-timeout", 30*time.Second, "bound on one registry lookup")
+	flag.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
+	flag.StringVar(&o.RegistryCAFile, "registry-ca-file", "", "PEM bundle of CAs trusted for registries, in addition to the system's")
+	flag.StringVar(&o.RegistryAuthFile, "registry-auth-file", "", "docker config.json with registry credentials for every pool (e.g. a mounted kubernetes.io/dockerconfigjson Secret); a pool's spec.imagePullSecret comes first")
+	flag.Var(&insecure, "insecure-registry", "registry host[:port] reachable over plain HTTP (repeatable)")
+	// --kubeconfig is registered by controller-runtime: the flag, then
+	// $KUBECONFIG, then the in-cluster config, then ~/.kube/config.
+	flag.Parse()
+	o.InsecureRegistries = insecure
+	return f
+}
+
+// check refuses flags the coordinator cannot run with, and returns the
+// log level.
+func (f *flags) check() (zapcore.Level, error) {
+	lvl, err := parseLevel(f.logLevel)
+	if err != nil {
+		return 0, err
+	}
+	if f.opts.LeaseDuration < 4*time.Second {
+		return 0, fmt.Errorf("--lease-duration must be at least 4s (agents report 4 times per lease), got %s", f.opts.LeaseDuration)
+	}
+	if f.opts.Workers < 1 {
+		return 0, fmt.Errorf("--workers must be at least 1, got %d", f.opts.Workers)
+	}
+	if f.opts.RegistryAuthFile != "" {
+		if err := controller.CheckRegistryAuthFile(f.opts.RegistryAuthFile); err != nil {
+			return 0, err
+		}
+	}
+	return lvl, nil
 }
 
 func parseLevel(s string) (zapcore.Level, error) {

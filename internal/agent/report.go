@@ -57,7 +57,7 @@ func (r *runner) apiAccess(gen int64) metav1.Condition {
 			msgs = append(msgs, "list/watch "+inf+": "+err.Error())
 		}
 	}
-	c := metav1.Condition{Type: fleetv1.ConditionAPIAccess, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonAPIAccessOK,
+	c := metav1.Condition{Type: fleetv1.ConditionAPIAccess, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonAsExpected,
 		Message: "the API server accepts every request of this agent", ObservedGeneration: gen}
 	if len(msgs) > 0 {
 		sort.Strings(msgs)
@@ -96,10 +96,10 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 		rep.Booted, rep.Staged, rep.Rollback = r.lastReport.Booted, r.lastReport.Staged, r.lastReport.Rollback
 	}
 	conds := append([]metav1.Condition(nil), n.Status.Conditions...)
-	c := metav1.Condition{Type: ConditionGrantsReadable, Status: metav1.ConditionTrue, Reason: ReasonGrantsValid,
+	c := metav1.Condition{Type: ConditionGrantsReadable, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonAsExpected,
 		Message: "every lease labelled with this node follows the slot protocol", ObservedGeneration: n.Generation}
 	if len(r.malformed) > 0 {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonMalformedGrant, text.Truncate("ignored: "+strings.Join(r.malformed, "; "), maxConditionMessage)
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, fleetv1.ReasonMalformedGrant, text.Truncate("ignored: "+strings.Join(r.malformed, "; "), maxConditionMessage)
 	}
 	meta.SetStatusCondition(&conds, c)
 	meta.SetStatusCondition(&conds, r.apiAccess(n.Generation))

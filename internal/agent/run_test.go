@@ -19,7 +19,6 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
@@ -274,7 +273,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	ctx := context.Background()
 	boot1 := h.m.BootID()
 
-	st := h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	st := h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if n, _ := h.bootc.counts(); n != 0 {
 		t.Fatalf("%d switches without a stage grant", n)
 	}
@@ -299,7 +298,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if s := h.m.State().Staged; s == nil || s.Image != imgV2 || !s.DownloadOnly {
 		t.Fatalf("staged = %+v, want %s download-only", s, imgV2)
 	}
@@ -319,7 +318,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if r, _ := h.host.count(); r != 0 {
 		t.Fatalf("rebooted in phase Draining")
 	}
-	st = h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	st = h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	for _, g := range st.Grants {
 		if g.Lease == lease.SlotName(h.k.Pool, lease.KindReboot, 0) {
 			t.Fatalf("reboot grant listed in phase Draining: %+v", st.Grants)
@@ -341,15 +340,15 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	// The reboot, with a status that still shows the old boot's deployments.
 	newBoot := h.m.Reboot(testbootc.RebootOptions{StaleUntilSettle: true})
 	h.wait("settling in the new boot", func(s fleetv1.BootcNodeStatus) bool {
-		return s.BootID == newBoot && s.Reason == decide.ReasonSettling
+		return s.BootID == newBoot && s.Reason == fleetv1.ReasonStatusSettling
 	})
 	// Meanwhile the coordinator re-grants the old-boot slots: still void.
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("still settling", func(s fleetv1.BootcNodeStatus) bool { return s.Reason == decide.ReasonSettling })
+	h.wait("still settling", func(s fleetv1.BootcNodeStatus) bool { return s.Reason == fleetv1.ReasonStatusSettling })
 	h.m.Settle()
-	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	if n, _ := h.bootc.counts(); n != 1 {
 		t.Fatalf("%d switches, want exactly 1 (no re-stage after the reboot)", n)
 	}
@@ -380,7 +379,7 @@ func TestRunCancelsStageOnRevokeAndImageChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.until("the stage cancelled on revoke", func() bool { _, c := h.bootc.counts(); return c == 1 })
-	h.wait("Waiting after the revoke", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	h.wait("Waiting after the revoke", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
 		t.Fatal(err)

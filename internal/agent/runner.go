@@ -22,12 +22,6 @@ import (
 // not follow the slot protocol (it is ignored, never acted on).
 const ConditionGrantsReadable = "GrantsReadable"
 
-// Condition reasons of ConditionGrantsReadable.
-const (
-	ReasonGrantsValid    = "AsExpected"
-	ReasonMalformedGrant = "MalformedGrant"
-)
-
 // maxImmediate bounds how many iterations run back to back after actions
 // that change local state (a cleared record, a finished stage).
 const maxImmediate = 5
@@ -324,7 +318,7 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 // Nothing waits on the Waiting report: the coordinator grants from the
 // BootcNode's spec and the last report's boot.
 func (r *runner) holdWaiting(o decide.Observation, a decide.Action) time.Duration {
-	if a.Kind != decide.Nothing || a.Phase != fleetv1.PhaseWaiting || a.Reason != decide.ReasonWaitingForGrant ||
+	if a.Kind != decide.Nothing || a.Phase != fleetv1.PhaseWaiting || a.Reason != fleetv1.ReasonWaitingForStageGrant ||
 		!r.reported || r.lastReport.Phase != fleetv1.PhaseIdle {
 		r.waitingFor = imageref.Pinned{}
 		return 0

@@ -9,7 +9,6 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
@@ -29,7 +28,7 @@ func TestRunSoftRebootsUnderAllowSoftReboot(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
@@ -100,7 +99,7 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 	log := watchStatus(t, h.node)
 	ctx := context.Background()
 	boot1 := h.m.BootID()
-	h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	h.until("the watch saw the Waiting report", func() bool { return log.len() > 0 })
 	from := log.len()
 
@@ -108,7 +107,7 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil { // the coordinator's release once staged
 		t.Fatal(err)
 	}
@@ -123,9 +122,9 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.until("one reboot request", func() bool { r, _ := h.host.count(); return r == 1 })
-	h.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, decide.ReasonRebooting))
+	h.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting))
 	h.m.Reboot(testbootc.RebootOptions{})
-	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	// Anything written after this would show within a round or two.
 	time.Sleep(time.Second)
 
@@ -134,10 +133,10 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 		return fmt.Sprintf("%s/%s %d grant(s)", p, reason, grants)
 	}
 	want := []string{
-		step(fleetv1.PhaseStaging, decide.ReasonStaging, 1),
-		step(fleetv1.PhaseStaged, decide.ReasonWaitingReboot, 1),
-		step(fleetv1.PhaseRebooting, decide.ReasonRebooting, 1),
-		step(fleetv1.PhaseIdle, decide.ReasonUpToDate, 0),
+		step(fleetv1.PhaseStaging, fleetv1.ReasonStaging, 1),
+		step(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant, 1),
+		step(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting, 1),
+		step(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate, 0),
 	}
 	if fmt.Sprint(changes) != fmt.Sprint(want) {
 		t.Errorf("status writes of one node update (stage grant %s, reboot grant %s):\n got %q\nwant %q", stage, reboot, changes, want)
@@ -152,7 +151,7 @@ func TestRunHoldsTheWaitingReport(t *testing.T) {
 	h := startWith(t, "mem-hold", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = time.Minute })
 	log := watchStatus(t, h.node)
 	ctx := context.Background()
-	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	h.until("the watch saw the Idle report", func() bool { return log.len() > 0 })
 	from := log.len()
 	if err := h.k.EnsureBootcNode(ctx, h.node, imgV2, ""); err != nil {
@@ -174,9 +173,9 @@ func TestRunHoldsTheWaitingReport(t *testing.T) {
 // Without a grant the held report is written once the hold has passed.
 func TestRunReportsWaitingAfterTheHold(t *testing.T) {
 	h := startWith(t, "mem-hold2", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = 200 * time.Millisecond })
-	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	if err := h.k.EnsureBootcNode(context.Background(), h.node, imgV2, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Waiting", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	h.wait("Waiting", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
@@ -150,7 +149,7 @@ func TestAgentUnderSystemd(t *testing.T) {
 	if ms.Staged != nil {
 		t.Errorf("after an ungranted reboot staged = %+v, want it discarded", ms.Staged)
 	}
-	if st.Phase != fleetv1.PhaseWaiting || st.Reason != decide.ReasonWaitingForGrant || st.Booted == nil || !strings.HasSuffix(imgOld, st.Booted.Digest) || st.Staged != nil {
+	if st.Phase != fleetv1.PhaseWaiting || st.Reason != fleetv1.ReasonWaitingForStageGrant || st.Booted == nil || !strings.HasSuffix(imgOld, st.Booted.Digest) || st.Staged != nil {
 		t.Errorf("after the reboot the agent reports %s/%s (%s) booted %+v staged %+v; want Waiting for a stage grant on the old image, nothing staged",
 			st.Phase, st.Reason, st.Message, st.Booted, st.Staged)
 	}

@@ -328,9 +328,9 @@ func (a *LightAgent) report(ctx context.Context, bn *fleetv1.BootcNode, st testb
 	}
 	conds := append([]metav1.Condition(nil), bn.Status.Conditions...)
 	meta.SetStatusCondition(&conds, metav1.Condition{Type: agent.ConditionGrantsReadable, Status: metav1.ConditionTrue,
-		Reason: agent.ReasonGrantsValid, Message: "every lease labelled with this node follows the slot protocol", ObservedGeneration: bn.Generation})
+		Reason: fleetv1.ReasonAsExpected, Message: "every lease labelled with this node follows the slot protocol", ObservedGeneration: bn.Generation})
 	meta.SetStatusCondition(&conds, metav1.Condition{Type: fleetv1.ConditionAPIAccess, Status: metav1.ConditionTrue,
-		Reason: fleetv1.ReasonAPIAccessOK, Message: "the API server accepts every request of this agent", ObservedGeneration: bn.Generation})
+		Reason: fleetv1.ReasonAsExpected, Message: "the API server accepts every request of this agent", ObservedGeneration: bn.Generation})
 	if claims == nil {
 		claims = []fleetv1.GrantInUse{}
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
@@ -50,7 +49,7 @@ func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool)
 				continue
 			}
 			st := n.Machine.State()
-			if bn.Status.Reason == decide.ReasonWaitingReboot && st.Staged != nil && st.Staged.DownloadOnly && st.Staged.Image == v2 && !n.Down() {
+			if bn.Status.Reason == fleetv1.ReasonWaitingForRebootGrant && st.Staged != nil && st.Staged.DownloadOnly && st.Staged.Image == v2 && !n.Down() {
 				victim = n
 				return true
 			}

@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
@@ -278,7 +278,7 @@ func ClockSkew(ctx context.Context, f *Fleet, seed int64) Result {
 		res.Problems = append(res.Problems, "listing the pool's Events: "+err.Error())
 	} else {
 		for _, e := range evs.Items {
-			if strings.Contains(e.Message, "expired") || e.Reason == plan.EventRebootTimeout {
+			if strings.Contains(e.Message, "expired") || e.Reason == fleetv1.EventRebootTimeout {
 				res.Problems = append(res.Problems, fmt.Sprintf("a timer fired on a live node: %s %s", e.Reason, e.Message))
 			}
 		}

@@ -50,7 +50,7 @@ func TestClassify(t *testing.T) {
 		{"empty", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Classify(tc.stderr); got != tc.want {
+			if got := Classify(tc.stderr); !errors.Is(got, tc.want) {
 				t.Fatalf("Classify(%q) = %v, want %v", tc.stderr, got, tc.want)
 			}
 		})
@@ -83,8 +83,8 @@ func TestCommandErrorCarriesClass(t *testing.T) {
 // and the staged deployment reports ContainerPolicy.
 func TestCLIStageEnforcesSignatures(t *testing.T) {
 	for _, tc := range []struct {
-		gen     testbootc.Generation
-		switch_ []string
+		gen        testbootc.Generation
+		wantSwitch []string
 	}{
 		{testbootc.Gen1_16, []string{"switch", "--enforce-container-sigpolicy", targetRef}},
 		{testbootc.GenSwitchDownloadOnly, []string{"switch", "--download-only", "--enforce-container-sigpolicy", targetRef}},
@@ -101,8 +101,8 @@ func TestCLIStageEnforcesSignatures(t *testing.T) {
 					switches = append(switches, inv)
 				}
 			}
-			if !reflect.DeepEqual(switches, [][]string{tc.switch_}) {
-				t.Fatalf("switches %q, want %q", switches, [][]string{tc.switch_})
+			if !reflect.DeepEqual(switches, [][]string{tc.wantSwitch}) {
+				t.Fatalf("switches %q, want %q", switches, [][]string{tc.wantSwitch})
 			}
 			st, err := cli.Status(ctx)
 			if err != nil {

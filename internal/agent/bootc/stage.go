@@ -29,6 +29,7 @@ type Capabilities struct {
 // Method names how a stage runs on this bootc.
 type Method string
 
+// The ways a stage runs; the installed bootc decides which.
 const (
 	// MethodSwitchDownloadOnly: one `bootc switch --download-only <image>`.
 	MethodSwitchDownloadOnly Method = "switch --download-only"
@@ -109,8 +110,8 @@ type StageOptions struct {
 	EnforceSignatures bool
 }
 
-// ErrNotVerified: a stage that had to be verified left a staged deployment
-// bootc does not report as verified by the container policy.
+// ErrNotVerified says a stage that had to be verified left a staged
+// deployment bootc does not report as verified by the container policy.
 var ErrNotVerified = errors.New("the staged deployment was not verified by the container signature policy")
 
 // relockTimeout bounds the lock step that follows a cancelled switch.

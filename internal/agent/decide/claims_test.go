@@ -113,7 +113,7 @@ func TestClaims(t *testing.T) {
 			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
 			o.Grants = []HeldGrant{reboot}
 			return o
-		}, Action{Phase: fleetv1.PhaseRebooting, Reason: ReasonSettling}, map[string]string{}},
+		}, Action{Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonStatusSettling}, map[string]string{}},
 		{"a grant for an image no longer desired is not listed", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV1)}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
@@ -260,26 +261,6 @@ func (a Action) String() string {
 	return s + ": " + a.Message
 }
 
-// Reasons the agent reports outside Degraded.
-const (
-	ReasonUpToDate        = "UpToDate"
-	ReasonNoDesiredImage  = "NoDesiredImage"
-	ReasonWaitingForGrant = "WaitingForStageGrant"
-	ReasonStaging         = "Staging"
-	ReasonWaitingReboot   = "WaitingForRebootGrant"
-	ReasonRebooting       = "Rebooting"
-	ReasonStaleStatus     = "StaleStatus"
-	ReasonSettling        = "StatusSettling"
-	ReasonRebootCompleted = "RebootCompleted"
-	ReasonCancelling      = "CancellingStage"
-	ReasonRenewing        = "RenewingGrant"
-	ReasonProbingBootc    = "ProbingBootc"
-	ReasonLocking         = "LockingStagedImage"
-	// ReasonNotVerified: a reboot was recorded into a staged deployment
-	// that bootc did not verify, while signed images are required.
-	ReasonNotVerified = "StagedNotVerified"
-)
-
 // Decide returns the next action. It applies, in order: the freshness and
 // readability guards, rule 1 and 2 (a reboot record exists), the invalid
 // desired image guard, rule 3 (nothing to do), the boot's verdict, rule 4
@@ -353,7 +334,7 @@ func guardStatus(o Observation) (Action, bool) {
 		return Action{Kind: RereadLater, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStatusUnavailable,
 			Message: "bootc status failed: " + o.Status.Unavailable}, true
 	case !o.Boot.Known() || !o.Status.ReadIn.Known() || o.Status.ReadIn != o.Boot:
-		return Action{Kind: RereadLater, Phase: fleetv1.PhaseWaiting, Reason: ReasonStaleStatus,
+		return Action{Kind: RereadLater, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStaleStatus,
 			Message: fmt.Sprintf("bootc status was read in boot %s, current boot is %s; reading again", o.Status.ReadIn, o.Boot)}, true
 	}
 	return Action{}, false
@@ -376,7 +357,7 @@ func rebootPending(o Observation) Action {
 			Message: "reboot into " + short(r.Image) + " recorded, but bootc has " + describe(o.Status.Staged) + " staged; dropped the record, not rebooting"}
 	}
 	if o.RequireSigned && !o.Status.Staged.verified() {
-		a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: ReasonNotVerified,
+		a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonStagedNotVerified,
 			Message: "reboot into " + short(r.Image) + " recorded, but signed images are required and bootc did not verify the staged deployment (signature " + signatureName(o.Status.Staged) + "); dropped the record, not rebooting"}
 		if !o.Status.Staged.DownloadOnly {
 			a.Phase, a.Reason = fleetv1.PhaseDegraded, fleetv1.ReasonUnlockedWithoutGrant
@@ -388,18 +369,18 @@ func rebootPending(o Observation) Action {
 	switch {
 	case err == nil:
 		if o.RebootIssued {
-			return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
 				Message: "rebooting into " + short(r.Image) + "; waiting for the host to go down"}
 		}
-		return Action{Kind: ApplyAndReboot, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+		return Action{Kind: ApplyAndReboot, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
 			Image: r.Image, Grant: g.ID, Soft: r.Soft,
 			Message: "rebooting into " + short(r.Image) + " under " + g.ID.String() + " (recorded in this boot, not yet rebooted)"}
 	case errors.Is(err, lease.ErrExpired):
 		// The grant itself is unchanged; only our last heartbeat is old (API outage).
-		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: ReasonRenewing,
+		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRenewingGrant,
 			Message: "reboot into " + short(r.Image) + " recorded; reporting " + r.Grant.String() + " to the API server before rebooting"}
 	}
-	a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingReboot,
+	a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonWaitingForRebootGrant,
 		Message: "reboot grant " + r.Grant.String() + " was revoked before the reboot (" + err.Error() + "); dropped the record"}
 	if o.Status.Staged != nil && !o.Status.Staged.DownloadOnly {
 		a.Phase, a.Reason = fleetv1.PhaseDegraded, fleetv1.ReasonUnlockedWithoutGrant
@@ -417,11 +398,11 @@ func afterReboot(o Observation) Action {
 		return cancel(o, "a reboot was recorded in an earlier boot")
 	}
 	if o.Status.Booted.Is(r.Image) {
-		return Action{Kind: ClearRecord, MarkSpent: true, Phase: fleetv1.PhaseIdle, Reason: ReasonRebootCompleted,
+		return Action{Kind: ClearRecord, MarkSpent: true, Phase: fleetv1.PhaseIdle, Reason: fleetv1.ReasonRebootCompleted,
 			Message: "rebooted into " + short(r.Image) + " (boot " + o.Boot.String() + ")"}
 	}
 	if o.Now.Before(o.SettleDeadline) {
-		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: ReasonSettling,
+		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonStatusSettling,
 			Message: "new boot " + o.Boot.String() + " still shows " + describe(o.Status.Booted) + ", expected " + short(r.Image) + "; re-reading bootc status"}
 	}
 	return Action{Kind: ClearRecord, MarkSpent: true, Keep: true, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonBootedUnexpectedImage,
@@ -430,9 +411,9 @@ func afterReboot(o Observation) Action {
 
 // idle is rule 3.
 func idle(o Observation) Action {
-	a := Action{Kind: Nothing, Phase: fleetv1.PhaseIdle, Reason: ReasonUpToDate, Message: "booted " + describe(o.Status.Booted)}
+	a := Action{Kind: Nothing, Phase: fleetv1.PhaseIdle, Reason: fleetv1.ReasonUpToDate, Message: "booted " + describe(o.Status.Booted)}
 	if !o.Desired.Set {
-		a.Reason, a.Message = ReasonNoDesiredImage, "no desired image; booted "+describe(o.Status.Booted)
+		a.Reason, a.Message = fleetv1.ReasonNoDesiredImage, "no desired image; booted "+describe(o.Status.Booted)
 	}
 	if o.InFlight != nil {
 		return cancel(o, "the stage is no longer needed")
@@ -445,7 +426,7 @@ func staged(o Observation) Action {
 	img := o.Desired.Image
 	if o.InFlight != nil {
 		if *o.InFlight == img {
-			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Message: "finishing the stage of " + short(img)}
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: fleetv1.ReasonStaging, Message: "finishing the stage of " + short(img)}
 		}
 		return cancel(o, "another image is staged")
 	}
@@ -455,21 +436,21 @@ func staged(o Observation) Action {
 		how = "soft reboot"
 	}
 	if g, err := validGrant(o, lease.ActionReboot, img); err == nil {
-		return Action{Kind: ApplyAndReboot, WriteRecord: true, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+		return Action{Kind: ApplyAndReboot, WriteRecord: true, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
 			Image: img, Grant: g.ID, Soft: soft, Message: how + " into " + short(img) + " under " + g.ID.String()}
 	}
 	if g, ok := awaitingFirstHeartbeat(o, lease.ActionReboot, img); ok {
 		// As for a new stage grant (amendment 17): the report that lists
 		// the grant is the one the reboot writes, so the reboot that
 		// follows once it is accepted costs no second write (amendment 18).
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: ReasonRebooting,
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
 			Message: how + " into " + short(img) + " under " + g.ID.String()}
 	}
 	if !o.Status.Staged.DownloadOnly {
 		// A stage that ended between its switch and its lock (the agent
 		// stopped) left img unlocked: the stage grant lets it lock it.
 		if g, err := validGrant(o, lease.ActionStage, img); err == nil && o.Bootc.Known && o.Bootc.CanStage {
-			return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonLocking, Image: img, Grant: g.ID, Enforce: o.RequireSigned,
+			return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: fleetv1.ReasonLockingStagedImage, Image: img, Grant: g.ID, Enforce: o.RequireSigned,
 				Message: "staged " + short(img) + " is unlocked; locking it under " + g.ID.String()}
 		}
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonUnlockedWithoutGrant,
@@ -478,7 +459,7 @@ func staged(o Observation) Action {
 	// The same report with or without a reboot grant in phase Drain: the
 	// agent has nothing to do under it (amendment 18), and the coordinator's
 	// rollout-state annotation says Draining.
-	return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: ReasonWaitingReboot,
+	return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: fleetv1.ReasonWaitingForRebootGrant,
 		Message: "Staged " + short(img) + "; waiting for a reboot slot and the drain"}
 }
 
@@ -492,7 +473,7 @@ func stageOrWait(o Observation) Action {
 			if why == "" {
 				why = "not asked yet"
 			}
-			return Action{Kind: RereadLater, Phase: fleetv1.PhaseWaiting, Reason: ReasonProbingBootc,
+			return Action{Kind: RereadLater, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonProbingBootc,
 				Message: "learning what the installed bootc supports before staging " + short(img) + " (" + why + ")"}
 		case !b.CanStage:
 			why := b.Problem
@@ -524,14 +505,14 @@ func stageOrWait(o Observation) Action {
 			// The report of this decision lists the new grant (Claims); once
 			// it is accepted the grant is usable and the stage starts, with
 			// the same report: one status write instead of two.
-			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Message: "Staging " + short(img)}
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: fleetv1.ReasonStaging, Message: "Staging " + short(img)}
 		}
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: ReasonWaitingForGrant,
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonWaitingForStageGrant,
 			Message: "Waiting for a stage slot for " + short(img)}
 	}
 	if o.InFlight != nil {
 		if *o.InFlight == img {
-			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Message: "Staging " + short(img)}
+			return Action{Kind: Nothing, Phase: fleetv1.PhaseStaging, Reason: fleetv1.ReasonStaging, Message: "Staging " + short(img)}
 		}
 		return cancel(o, "the desired image changed to "+short(img))
 	}
@@ -548,11 +529,11 @@ func stageOrWait(o Observation) Action {
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
 			Message: f.prefix() + fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}
 	}
-	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Image: img, Grant: g.ID, Enforce: o.RequireSigned, Message: "Staging " + short(img)}
+	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: fleetv1.ReasonStaging, Image: img, Grant: g.ID, Enforce: o.RequireSigned, Message: "Staging " + short(img)}
 }
 
 func cancel(o Observation, why string) Action {
-	return Action{Kind: CancelStage, Phase: fleetv1.PhaseWaiting, Reason: ReasonCancelling, Image: *o.InFlight,
+	return Action{Kind: CancelStage, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonCancellingStage, Image: *o.InFlight,
 		Message: "cancelling the stage of " + short(*o.InFlight) + ": " + why}
 }
 
@@ -671,9 +652,5 @@ func describe(d *Deployment) string {
 
 // short abbreviates a digest for messages a person reads: repo@sha256:ab12cd34ef56….
 func short(p imageref.Pinned) string {
-	d := p.Digest
-	if len(d) > len("sha256:")+12 {
-		d = d[:len("sha256:")+12] + "…"
-	}
-	return p.Repository + "@" + d
+	return p.Repository + "@" + text.ShortDigest(p.Digest)
 }

@@ -130,48 +130,48 @@ func TestDecide(t *testing.T) {
 			o.Status.ReadIn = BootIdentity{BootID: bootB}
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: ReasonStaleStatus}},
+		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonStaleStatus}},
 		{"status read before a soft reboot is never acted on", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Boot.SoftRebootCount = 1
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: ReasonStaleStatus}},
+		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonStaleStatus}},
 		{"status whose boot changed during the read is never acted on", func() Observation {
 			o := base()
 			o.Status.ReadIn = BootIdentity{}
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: ReasonStaleStatus}},
+		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonStaleStatus}},
 
 		// Rule 1: record, same boot.
 		{"rule 1: record in this boot with the grant still valid reboots again", func() Observation {
 			o := recorded(withStaged(base(), &Deployment{Image: imgV2}), idA(), t0.Add(-time.Minute))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2}},
 		{"rule 1: record with a soft reboot reissues a soft reboot", func() Observation {
 			o := recorded(withStaged(base(), &Deployment{Image: imgV2}), idA(), t0.Add(-time.Minute))
 			o.Record.Soft = true
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, soft: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, soft: true}},
 		{"rule 1: reboot already issued by this process is not issued again", func() Observation {
 			o := recorded(withStaged(base(), &Deployment{Image: imgV2}), idA(), t0.Add(-time.Minute))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			o.RebootIssued = true
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting}},
 		{"rule 1: revoked grant drops the record and does nothing disruptive", func() Observation {
 			return recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-time.Minute))
-		}, want{kind: ClearRecord, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingReboot}},
+		}, want{kind: ClearRecord, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 1: grant recreated under the same name (new UID) does not match the record", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-time.Minute))
 			g := rebootGrant(imgV2)
 			g.UID = "another-uid"
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: ClearRecord, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingReboot}},
+		}, want{kind: ClearRecord, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 1: revoked grant after unlock reports UnlockedWithoutGrant", func() Observation {
 			return recorded(withStaged(base(), &Deployment{Image: imgV2}), idA(), t0.Add(-time.Minute))
 		}, want{kind: ClearRecord, phase: fleetv1.PhaseDegraded, reason: fleetv1.ReasonUnlockedWithoutGrant}},
@@ -179,14 +179,14 @@ func TestDecide(t *testing.T) {
 			o := recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-time.Minute))
 			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining)}
 			return o
-		}, want{kind: ClearRecord, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingReboot}},
+		}, want{kind: ClearRecord, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 1: grant with an old renew waits for a renew instead of dropping", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-time.Minute))
 			g := rebootGrant(imgV2)
 			g.LastHeartbeat = t0.Add(-2 * time.Minute)
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: ReasonRenewing}},
+		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRenewingGrant}},
 		{"rule 1: after rebootTimeout without a reboot reports RebootDidNotHappen", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-16*time.Minute))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
@@ -197,20 +197,20 @@ func TestDecide(t *testing.T) {
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			o.InFlight = inflight(imgV3)
 			return o
-		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: ReasonCancelling, image: imgV3}},
+		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonCancellingStage, image: imgV3}},
 
 		// Rule 2: record, boot changed.
 		{"rule 2: booted the recorded image clears the record and marks the grant spent", func() Observation {
 			o := recorded(base(), BootIdentity{BootID: bootB}, t0.Add(-time.Minute))
 			o.Status.Booted = &Deployment{Image: imgV2}
 			return o
-		}, want{kind: ClearRecord, phase: fleetv1.PhaseIdle, reason: ReasonRebootCompleted, spent: true}},
+		}, want{kind: ClearRecord, phase: fleetv1.PhaseIdle, reason: fleetv1.ReasonRebootCompleted, spent: true}},
 		{"rule 2: stale pre-reboot status with grants never stages or reboots before the settle deadline", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), BootIdentity{BootID: bootB}, t0.Add(-time.Minute))
 			o.SettleDeadline = t0.Add(time.Minute)
 			o.Grants = []HeldGrant{stageGrant(imgV2), rebootGrant(imgV2)}
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: ReasonSettling}},
+		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonStatusSettling}},
 		{"rule 2: stale pre-reboot status after the settle deadline is BootedUnexpectedImage", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), BootIdentity{BootID: bootB}, t0.Add(-time.Minute))
 			o.Grants = []HeldGrant{stageGrant(imgV2), rebootGrant(imgV2)}
@@ -228,14 +228,14 @@ func TestDecide(t *testing.T) {
 			o.Status.Booted = &Deployment{Image: imgV2}
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ClearRecord, phase: fleetv1.PhaseIdle, reason: ReasonRebootCompleted, spent: true}},
+		}, want{kind: ClearRecord, phase: fleetv1.PhaseIdle, reason: fleetv1.ReasonRebootCompleted, spent: true}},
 		{"rule 2: never stages even when the desired image changed meanwhile", func() Observation {
 			o := recorded(base(), BootIdentity{BootID: bootB}, t0.Add(-time.Minute))
 			o.Desired.Image = imgV3
 			o.Grants = []HeldGrant{stageGrant(imgV3)}
 			o.SettleDeadline = t0.Add(time.Second)
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: ReasonSettling}},
+		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonStatusSettling}},
 
 		// Invalid desired image.
 		{"invalid desired image is Degraded with no action", func() Observation {
@@ -250,23 +250,23 @@ func TestDecide(t *testing.T) {
 			o := base()
 			o.Desired = Desired{}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseIdle, reason: ReasonNoDesiredImage}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseIdle, reason: fleetv1.ReasonNoDesiredImage}},
 		{"rule 3: booted the desired image is Idle", func() Observation {
 			o := base()
 			o.Desired.Image = imgV1
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseIdle, reason: ReasonUpToDate}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseIdle, reason: fleetv1.ReasonUpToDate}},
 		{"rule 3: Idle cancels an in-flight stage", func() Observation {
 			o := base()
 			o.Desired.Image = imgV1
 			o.InFlight = inflight(imgV2)
 			return o
-		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: ReasonCancelling, image: imgV2}},
+		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonCancellingStage, image: imgV2}},
 		{"rule 3: same digest from another repository is not the desired image", func() Observation {
 			o := base()
 			o.Desired.Image = pin("mirror.example/os", "1")
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 
 		// Verdict kept for the boot.
 		{"a kept verdict stays Degraded and does not stage", func() Observation {
@@ -280,33 +280,33 @@ func TestDecide(t *testing.T) {
 			o.Verdict = &Verdict{Boot: idA(), Desired: imgV3, Reason: fleetv1.ReasonBootedUnexpectedImage}
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonStaging, image: imgV2}},
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging, image: imgV2}},
 
 		// Rule 4.
 		{"rule 4: staged without a reboot grant is Staged", func() Observation {
 			return withStaged(base(), dep(imgV2))
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: reboot grant in Draining does not reboot", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: valid reboot grant writes the record, applies and reboots", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 4: reboot grant issued in another boot is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: reboot grant of this boot ID from before a soft reboot is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
 			o.Grants = []HeldGrant{rebootGrant(imgV2)} // issued at soft-reboot count 0
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: reboot grant issued after a soft reboot is used in that boot", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
@@ -314,7 +314,7 @@ func TestDecide(t *testing.T) {
 			g.SoftRebootCount = 1
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 4: a Draining grant from before a soft reboot is not reported as draining", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 2, 2
@@ -322,69 +322,69 @@ func TestDecide(t *testing.T) {
 			g.SoftRebootCount = 1
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: reboot grant for another image is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{rebootGrant(imgV3)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: reboot grant held by another node is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			g := rebootGrant(imgV2)
 			g.Holder = "node-b"
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: a stage grant does not allow a reboot", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: reboot grant not renewed within its duration is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			g := rebootGrant(imgV2)
 			g.LastHeartbeat = t0.Add(-time.Minute)
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: reboot grant marked failed is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			g := rebootGrant(imgV2)
 			g.Failure = fleetv1.ReasonRebootTimeout
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: a spent grant is not spent again in a new boot", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			g := rebootGrant(imgV2)
 			o.Grants = []HeldGrant{g}
 			o.Spent = []lease.ID{g.ID}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: soft reboot when the policy, bootc and systemd all allow it", func() Observation {
 			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true, SoftRebootCapable: true})
 			o.Policy, o.SoftRebootSupported = fleetv1.RebootPolicyAllowSoftReboot, true
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, soft: true, record: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, soft: true, record: true}},
 		{"rule 4: no soft reboot when systemd lacks SoftRebootsCount", func() Observation {
 			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true, SoftRebootCapable: true})
 			o.Policy = fleetv1.RebootPolicyAllowSoftReboot
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 4: no soft reboot when the staged deployment is not capable", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			o.Policy, o.SoftRebootSupported = fleetv1.RebootPolicyAllowSoftReboot, true
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 4: no soft reboot under policy Reboot", func() Observation {
 			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true, SoftRebootCapable: true})
 			o.SoftRebootSupported = true
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 4: unlocked staged deployment without a grant is UnlockedWithoutGrant", func() Observation {
 			return withStaged(base(), &Deployment{Image: imgV2})
 		}, want{kind: Nothing, phase: fleetv1.PhaseDegraded, reason: fleetv1.ReasonUnlockedWithoutGrant}},
@@ -393,61 +393,61 @@ func TestDecide(t *testing.T) {
 			o.InFlight = inflight(imgV2)
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: ReasonStaging}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging}},
 
 		// Rule 5.
 		{"rule 5: no stage without a grant", func() Observation {
 			return base()
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 5: valid stage grant stages the desired image", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonStaging, image: imgV2}},
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging, image: imgV2}},
 		{"rule 5: stage grant issued in another boot is void", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{grant(lease.KindStage, imgV2, bootB, "")}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 5: stage grant from before a soft reboot is void", func() Observation {
 			o := base()
 			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 5: stage grant for another image does not stage", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV3)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 5: a reboot grant does not allow a stage", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 5: in-flight stage of the desired image continues", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			o.InFlight = inflight(imgV2)
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: ReasonStaging}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging}},
 		{"rule 5: revoked stage grant cancels the stage", func() Observation {
 			o := base()
 			o.InFlight = inflight(imgV2)
 			return o
-		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: ReasonCancelling, image: imgV2}},
+		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonCancellingStage, image: imgV2}},
 		{"rule 5: image change cancels the stage of the old image first", func() Observation {
 			o := base()
 			o.Desired.Image = imgV3
 			o.Grants = []HeldGrant{stageGrant(imgV3)}
 			o.InFlight = inflight(imgV2)
 			return o
-		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: ReasonCancelling, image: imgV2}},
+		}, want{kind: CancelStage, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonCancellingStage, image: imgV2}},
 		{"rule 5: staged other image plus stage grant stages the desired one", func() Observation {
 			o := withStaged(base(), dep(imgV3))
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonStaging, image: imgV2}},
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging, image: imgV2}},
 		{"rule 5: a failed stage waits until its retry time", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
@@ -459,7 +459,7 @@ func TestDecide(t *testing.T) {
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: stageGrant(imgV2).ID, Attempts: lease.MaxStageAttempts - 1, Message: "pull failed", RetryAt: t0}
 			return o
-		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonStaging, image: imgV2}},
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging, image: imgV2}},
 		{"rule 5: after MaxStageAttempts failures under one grant the agent stops trying it", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
@@ -473,7 +473,7 @@ func TestDecide(t *testing.T) {
 			old.Transitions--
 			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: old, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0.Add(time.Hour)}
 			return o
-		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonStaging, image: imgV2}},
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging, image: imgV2}},
 		{"rule 5: without a grant, a node whose stage failed says so (the coordinator queues it last)", func() Observation {
 			o := base()
 			o.LastStageFailure = &StageFailure{Image: imgV2, Grant: stageGrant(imgV2).ID, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0}
@@ -483,13 +483,13 @@ func TestDecide(t *testing.T) {
 			o := base()
 			o.LastStageFailure = &StageFailure{Image: imgV1, Grant: stageGrant(imgV1).ID, Attempts: lease.MaxStageAttempts, Message: "pull failed", RetryAt: t0}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 5: with a grant, a bootc not probed yet is probed before staging", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			o.Bootc = BootcSupport{Problem: "bootc probe failed: exit status 1"}
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: ReasonProbingBootc}},
+		}, want{kind: RereadLater, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonProbingBootc}},
 		{"rule 5: a bootc that cannot stage locked makes the node Degraded and runs nothing", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
@@ -501,7 +501,7 @@ func TestDecide(t *testing.T) {
 			o.Status.Staged = &Deployment{Image: imgV2}
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: ReasonLocking, image: imgV2}},
+		}, want{kind: Stage, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonLockingStagedImage, image: imgV2}},
 		{"rule 4: an unlocked staged desired image without any grant is reported, not locked", func() Observation {
 			o := base()
 			o.Status.Staged = &Deployment{Image: imgV2}
@@ -515,30 +515,30 @@ func TestDecide(t *testing.T) {
 			o.Status.Staged = &Deployment{Image: imgV2, DownloadOnly: true, SoftRebootCapable: true}
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting, image: imgV2, record: true}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 5: a stage grant without an accepted heartbeat is not used yet, but reported as the stage it starts", func() Observation {
 			return holding(base(), heardAt(stageGrant(imgV2), time.Time{}))
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: ReasonStaging}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaging, reason: fleetv1.ReasonStaging}},
 		{"rule 5: a stage grant whose heartbeats lapsed waits, not staging", func() Observation {
 			return holding(base(), heardAt(stageGrant(imgV2), t0.Add(-2*time.Minute)))
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 5: a new stage grant for another boot is not reported as staging", func() Observation {
 			return holding(base(), heardAt(grant(lease.KindStage, imgV2, bootB, ""), time.Time{}))
-		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: ReasonWaitingForGrant}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
 		{"rule 4: a reboot grant in phase Reboot without an accepted heartbeat is not used yet, but reported as the reboot it starts", func() Observation {
 			return holding(withStaged(base(), dep(imgV2)), heardAt(rebootGrant(imgV2), time.Time{}))
-		}, want{kind: Nothing, phase: fleetv1.PhaseRebooting, reason: ReasonRebooting}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting}},
 		{"rule 4: a new reboot grant in phase Draining changes nothing", func() Observation {
 			return holding(withStaged(base(), dep(imgV2)), heardAt(grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining), time.Time{}))
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: a new reboot grant for another boot is not reported as rebooting", func() Observation {
 			return holding(withStaged(base(), dep(imgV2)), heardAt(grant(lease.KindReboot, imgV2, bootB, lease.PhaseReboot), time.Time{}))
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 		{"rule 4: a new reboot grant a reboot already spent is not reported as rebooting", func() Observation {
 			o := holding(withStaged(base(), dep(imgV2)), heardAt(rebootGrant(imgV2), time.Time{}))
 			o.Spent = []lease.ID{o.Grants[0].ID}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: ReasonWaitingReboot}},
+		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,7 +26,7 @@ func unverifiedStaged(o Observation) Action {
 		}
 	}
 	a := stageOrWait(o)
-	if a.Reason == ReasonWaitingForGrant {
+	if a.Reason == fleetv1.ReasonWaitingForStageGrant {
 		a.Message += "; the staged deployment was not verified by the container signature policy (signature " + signatureName(o.Status.Staged) + "), so it is staged again with enforcement"
 	}
 	return a

@@ -45,36 +45,36 @@ func TestDecideSignedImages(t *testing.T) {
 			o := signed(base())
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}(), Stage, fleetv1.PhaseStaging, ReasonStaging, true, nil, ""},
+		}(), Stage, fleetv1.PhaseStaging, fleetv1.ReasonStaging, true, nil, ""},
 		{"stage without it does not", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}(), Stage, fleetv1.PhaseStaging, ReasonStaging, false, nil, ""},
+		}(), Stage, fleetv1.PhaseStaging, fleetv1.ReasonStaging, false, nil, ""},
 		{"verified staged waits for a reboot slot", func() Observation {
 			return signed(withStaged(base(), verified()))
-		}(), Nothing, fleetv1.PhaseStaged, ReasonWaitingReboot, false, nil, ""},
+		}(), Nothing, fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant, false, nil, ""},
 		{"verified staged reboots under a reboot grant", func() Observation {
 			o := signed(withStaged(base(), verified()))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}(), ApplyAndReboot, fleetv1.PhaseRebooting, ReasonRebooting, false, nil, ""},
+		}(), ApplyAndReboot, fleetv1.PhaseRebooting, fleetv1.ReasonRebooting, false, nil, ""},
 		{"unverified staged is not staged: no reboot under a reboot grant", func() Observation {
 			o := signed(withStaged(base(), unverified()))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}(), Nothing, fleetv1.PhaseWaiting, ReasonWaitingForGrant, false, []string{"not verified", "Insecure"}, ""},
+		}(), Nothing, fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant, false, []string{"not verified", "Insecure"}, ""},
 		{"unverified staged is staged again with enforcement under a stage grant", func() Observation {
 			o := signed(withStaged(base(), unverified()))
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
-		}(), Stage, fleetv1.PhaseStaging, ReasonStaging, true, nil, ""},
+		}(), Stage, fleetv1.PhaseStaging, fleetv1.ReasonStaging, true, nil, ""},
 		{"unverified staged waits for a stage slot", func() Observation {
 			return signed(withStaged(base(), unverified()))
-		}(), Nothing, fleetv1.PhaseWaiting, ReasonWaitingForGrant, false, []string{"staged again with enforcement"}, ""},
+		}(), Nothing, fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant, false, []string{"staged again with enforcement"}, ""},
 		{"unverified staged without requireSignedImages is staged", func() Observation {
 			return withStaged(base(), unverified())
-		}(), Nothing, fleetv1.PhaseStaged, ReasonWaitingReboot, false, nil, ""},
+		}(), Nothing, fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant, false, nil, ""},
 		{"unverified unlocked staged without a stage grant is Degraded", func() Observation {
 			d := unverified()
 			d.DownloadOnly = false
@@ -86,12 +86,12 @@ func TestDecideSignedImages(t *testing.T) {
 			o := signed(base())
 			o.Status.Booted = &Deployment{Image: imgV2, Signature: fleetv1.SignatureInsecure}
 			return o
-		}(), Nothing, fleetv1.PhaseIdle, ReasonUpToDate, false, nil, ""},
+		}(), Nothing, fleetv1.PhaseIdle, fleetv1.ReasonUpToDate, false, nil, ""},
 		{"a recorded reboot into an unverified staged deployment is dropped", func() Observation {
 			o := signed(recorded(withStaged(base(), unverified()), idA(), t0.Add(-time.Second)))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
 			return o
-		}(), ClearRecord, fleetv1.PhaseWaiting, ReasonNotVerified, false, []string{"not rebooting"}, ""},
+		}(), ClearRecord, fleetv1.PhaseWaiting, fleetv1.ReasonStagedNotVerified, false, []string{"not rebooting"}, ""},
 		{"rejected image: Degraded with bootc's message, no stage", func() Observation {
 			o := signed(base())
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
@@ -109,7 +109,7 @@ func TestDecideSignedImages(t *testing.T) {
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			o.Rejected = &Rejection{Image: imgV3, Message: "x"}
 			return o
-		}(), Stage, fleetv1.PhaseStaging, ReasonStaging, true, nil, ""},
+		}(), Stage, fleetv1.PhaseStaging, fleetv1.ReasonStaging, true, nil, ""},
 		{"rejected image cancels a stage in flight", func() Observation {
 			o := signed(base())
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
@@ -144,7 +144,7 @@ func TestDecideSignedImages(t *testing.T) {
 			o.Grants = []HeldGrant{g}
 			o.LastStageFailure = unauthorized(1)
 			return o
-		}(), Stage, fleetv1.PhaseStaging, ReasonStaging, false, nil, ""},
+		}(), Stage, fleetv1.PhaseStaging, fleetv1.ReasonStaging, false, nil, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,10 +28,10 @@ func TestStageTimeout(t *testing.T) {
 		reason string
 		timed  bool
 	}{
-		{"a stage within its timeout continues", stagingFor(59*time.Minute, time.Hour), Nothing, ReasonStaging, false},
+		{"a stage within its timeout continues", stagingFor(59*time.Minute, time.Hour), Nothing, fleetv1.ReasonStaging, false},
 		{"a stage at its timeout is cancelled as timed out", stagingFor(time.Hour, time.Hour), CancelStage, fleetv1.ReasonStageTimedOut, true},
 		{"a stage long past its timeout is cancelled as timed out", stagingFor(5*time.Hour, time.Hour), CancelStage, fleetv1.ReasonStageTimedOut, true},
-		{"an unbounded stage (no timeout known) is not timed out", stagingFor(5*time.Hour, 0), Nothing, ReasonStaging, false},
+		{"an unbounded stage (no timeout known) is not timed out", stagingFor(5*time.Hour, 0), Nothing, fleetv1.ReasonStaging, false},
 		{"a stage past its timeout is cancelled even while bootc status fails", func() Observation {
 			o := stagingFor(2*time.Hour, time.Hour)
 			o.Status.Unavailable = "exit status 1"

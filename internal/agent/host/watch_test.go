@@ -57,7 +57,7 @@ func TestWatchEvents(t *testing.T) {
 		act    func(t *testing.T, root string)
 	}{
 		{"file in watched dir created", func(r string) string { return filepath.Join(r, "bootc") },
-			func(t *testing.T, r string) { os.Mkdir(filepath.Join(r, "bootc"), 0o755) },
+			func(_ *testing.T, r string) { os.Mkdir(filepath.Join(r, "bootc"), 0o755) },
 			func(t *testing.T, r string) { write(t, filepath.Join(r, "bootc", "staged"), "x") }},
 		{"watched file modified", func(r string) string { return filepath.Join(r, "deploy") },
 			func(t *testing.T, r string) { write(t, filepath.Join(r, "deploy"), "a") },
@@ -71,10 +71,10 @@ func TestWatchEvents(t *testing.T) {
 				}
 			}},
 		{"watched dir removed", func(r string) string { return filepath.Join(r, "bootc") },
-			func(t *testing.T, r string) { os.Mkdir(filepath.Join(r, "bootc"), 0o755) },
-			func(t *testing.T, r string) { os.Remove(filepath.Join(r, "bootc")) }},
+			func(_ *testing.T, r string) { os.Mkdir(filepath.Join(r, "bootc"), 0o755) },
+			func(_ *testing.T, r string) { os.Remove(filepath.Join(r, "bootc")) }},
 		{"path appears later, two levels down", func(r string) string { return filepath.Join(r, "ostree", "bootc") },
-			func(t *testing.T, r string) {},
+			func(_ *testing.T, _ string) {},
 			func(t *testing.T, r string) {
 				if err := os.MkdirAll(filepath.Join(r, "ostree", "bootc"), 0o755); err != nil {
 					t.Fatal(err)

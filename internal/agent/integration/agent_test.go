@@ -17,7 +17,6 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
@@ -285,7 +284,7 @@ func TestAgentStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	n := newNode(t, "it-a")
 	n.start()
 	notifysock.Expect(t, n.notify, "READY=1")
-	n.wait("Waiting", PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	n.wait("Waiting", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	notifysock.Expect(t, n.notify, "STATUS=Waiting: Waiting for a stage slot for quay.io/example/os@sha256:222222222222")
 	notifysock.Expect(t, n.notify, "WATCHDOG=1")
 	if c := n.switches(); c != 0 {
@@ -293,7 +292,7 @@ func TestAgentStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	}
 
 	n.grant(lease.KindStage, imgV2, "")
-	st := n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	st := n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if st.Staged == nil || st.Staged.Digest != digestOf(imgV2) || !st.Staged.DownloadOnly {
 		t.Fatalf("reported staged = %+v", st.Staged)
 	}
@@ -326,7 +325,7 @@ func TestAgentStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.wait("settling in the new boot", func(s fleetv1.BootcNodeStatus) bool {
-		return s.BootID == newBoot && s.Reason == decide.ReasonSettling
+		return s.BootID == newBoot && s.Reason == fleetv1.ReasonStatusSettling
 	})
 	if c := n.switches(); c != 1 {
 		t.Fatalf("%d switch invocations, want 1 (no re-stage on a stale status)", c)
@@ -334,7 +333,7 @@ func TestAgentStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if err := n.dir.Update(func(m *testbootc.Machine) error { m.Settle(); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	st = n.wait("Idle on the new image", PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	st = n.wait("Idle on the new image", PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	if st.Booted == nil || st.Booted.Digest != digestOf(imgV2) || st.Rollback == nil || st.Rollback.Digest != digestOf(imgV1) {
 		t.Fatalf("after the reboot: booted %+v rollback %+v", st.Booted, st.Rollback)
 	}
@@ -419,7 +418,7 @@ func TestAgentCancelsHangingStageOnRevoke(t *testing.T) {
 	if err := n.k.Revoke(context.Background(), lease.KindStage, 0); err != nil {
 		t.Fatal(err)
 	}
-	n.wait("Waiting after the revoke", PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	n.wait("Waiting after the revoke", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	for _, p := range pids {
 		n.until(fmt.Sprintf("pid %d gone", p), func() bool {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))

@@ -9,7 +9,6 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
@@ -98,7 +97,7 @@ func TestAgentLongPullFeedsTheWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
-	n.wait("Waiting after the revoke", PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	n.wait("Waiting after the revoke", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if d := time.Since(revoked); d > 30*time.Second {
 		t.Errorf("the revoke took %s to stop the pull", d)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 	"github.com/bootc-fleet/bootc-fleet/tests/testregistry"
 )
@@ -77,7 +76,7 @@ func TestAgentPullsPrivateImage(t *testing.T) {
 	n.wait("grant still listed", Lists(mustGrant(t, n), ""))
 
 	reg.WriteAuth(t, root, "run/ostree/auth.json", "node", "node-secret")
-	st = n.waitFor("Staged after the retry", 2*time.Minute, PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	st = n.waitFor("Staged after the retry", 2*time.Minute, PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if st.Staged == nil || st.Staged.Digest != digestOf(img) || st.Staged.Signature != fleetv1.SignatureInsecure {
 		t.Fatalf("staged %+v, want %s unverified (Insecure)", st.Staged, img)
 	}
@@ -137,7 +136,7 @@ func TestAgentSignedImages(t *testing.T) {
 			n.start()
 			n.grant(lease.KindStage, tc.img, "")
 			if tc.want == "" {
-				st := n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+				st := n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 				if st.Staged == nil || st.Staged.Digest != digestOf(tc.img) || !st.Staged.Verified() {
 					t.Fatalf("staged %+v, want %s verified (ContainerPolicy)", st.Staged, tc.img)
 				}

@@ -103,7 +103,7 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 	if err := r.writeStatus(ctx, pool, out.Status); err != nil {
 		return applied, err
 	}
-	r.observeMetrics(pool.Name, w, in, out)
+	r.observeMetrics(pool.Name, w, in)
 	return applied, nil
 }
 
@@ -261,7 +261,7 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 
 // stagingProgress: a Normal Event about a node's download (amendment 16).
 func stagingProgress(e plan.Event) bool {
-	return e.Type == corev1.EventTypeNormal && e.Reason == plan.EventStaged
+	return e.Type == corev1.EventTypeNormal && e.Reason == fleetv1.EventStaged
 }
 
 // applySlot makes one slot's changes of the pass on read with one Update and
@@ -458,7 +458,7 @@ func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node 
 
 // observeMetrics sets the gauges from what this reconcile saw and wrote, and
 // notes when nodes start waiting for a slot (for GrantLatency).
-func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input, out plan.Output) {
+func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input) {
 	held := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
 	holders := map[string]bool{}
 	for _, l := range w.leases {

@@ -175,20 +175,51 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 	if log.GetSink() == nil {
 		log = ctrl.Log.WithName(opts.Name)
 	}
+	undecodable := newUndecodables(log.WithName("read"))
+	mopts, err := managerOptions(cfg, opts, log, undecodable)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := opts.realParts(cfg, log); err != nil {
+		return nil, err
+	}
+	r, err := newPoolReconciler(mgr, opts, log, undecodable)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(undecodable); err != nil {
+		return nil, err
+	}
+	if err := r.setup(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)
+	}
+	if err := addProbes(mgr); err != nil {
+		return nil, err
+	}
+	return &Coordinator{mgr: mgr}, nil
+}
+
+// managerOptions configures the manager: its caches (slot Leases only,
+// slim Nodes, BootcNodes and pools read leniently), metrics, probes and
+// leader election.
+func managerOptions(cfg *rest.Config, opts Options, log logr.Logger, undecodable *undecodables) (manager.Options, error) {
 	// Only the pools' slot Leases are cached, not every Lease of the cluster.
 	hasPool, err := labels.NewRequirement(lease.LabelPool, selection.Exists, nil)
 	if err != nil {
-		return nil, err
+		return manager.Options{}, err
 	}
 	scheme := Scheme()
 	// BootcNodes and pools are read leniently: one object the typed scheme
 	// cannot decode is set aside and named, not a failed list (undecodable.go).
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating dynamic client: %w", err)
+		return manager.Options{}, fmt.Errorf("creating dynamic client: %w", err)
 	}
-	undecodable := newUndecodables(log.WithName("read"))
-	mopts := manager.Options{
+	return manager.Options{
 		Scheme:                        scheme,
 		Logger:                        log,
 		Metrics:                       metricsOptions(opts),
@@ -214,30 +245,36 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 				},
 				&corev1.Node{}: {Transform: slimNode()},
 			}},
-	}
-	mgr, err := ctrl.NewManager(cfg, mopts)
-	if err != nil {
-		return nil, fmt.Errorf("creating manager: %w", err)
-	}
-	if opts.Resolver == nil {
-		ro := resolve.Options{Insecure: opts.InsecureRegistries, Timeout: opts.ResolveTimeout}
-		if opts.RegistryCAFile != "" {
-			tr, err := resolve.TransportWithCAFile(opts.RegistryCAFile)
+	}, nil
+}
+
+// realParts sets the real Resolver and Drainer where the options name none.
+func (o *Options) realParts(cfg *rest.Config, log logr.Logger) error {
+	if o.Resolver == nil {
+		ro := resolve.Options{Insecure: o.InsecureRegistries, Timeout: o.ResolveTimeout}
+		if o.RegistryCAFile != "" {
+			tr, err := resolve.TransportWithCAFile(o.RegistryCAFile)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			ro.Transport = tr
 		}
-		opts.Resolver = resolve.New(ro)
+		o.Resolver = resolve.New(ro)
 	}
-	auth := &registryAuth{reader: mgr.GetAPIReader(), namespace: secretNamespace, file: opts.RegistryAuthFile}
-	if opts.Drainer == nil {
+	if o.Drainer == nil {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("creating clientset: %w", err)
+			return fmt.Errorf("creating clientset: %w", err)
 		}
-		opts.Drainer = drain.New(cs, log.WithName("drain"))
+		o.Drainer = drain.New(cs, log.WithName("drain"))
 	}
+	return nil
+}
+
+// newPoolReconciler builds the reconciler and adds to mgr the runnables it
+// needs: the drain tracker and the BootcNode writer.
+func newPoolReconciler(mgr manager.Manager, opts Options, log logr.Logger, undecodable *undecodables) (*poolReconciler, error) {
+	auth := &registryAuth{reader: mgr.GetAPIReader(), namespace: secretNamespace, file: opts.RegistryAuthFile}
 	drains := newDrainTracker(opts.Drainer, log.WithName("drain"))
 	if err := mgr.Add(drains); err != nil {
 		return nil, err
@@ -247,7 +284,7 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 	if err := mgr.Add(bootcNodes); err != nil {
 		return nil, err
 	}
-	r := &poolReconciler{
+	return &poolReconciler{
 		client:        mgr.GetClient(),
 		apiReader:     mgr.GetAPIReader(),
 		undecodable:   undecodable,
@@ -264,27 +301,21 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 		seen:          newHeartbeats(),
 		slotClock:     newSlotClock(),
 		stages:        newStageTimers(),
-	}
-	if err := mgr.Add(undecodable); err != nil {
-		return nil, err
-	}
-	if err := r.setup(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the BootcNodePool controller: %w", err)
-	}
+	}, nil
+}
+
+// addProbes serves /healthz, and /readyz once the caches synced: a replica
+// that cannot read the API server is not ready.
+func addProbes(mgr manager.Manager) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return nil, err
+		return err
 	}
-	// Ready once the caches synced: a replica that cannot read the API server
-	// is not ready.
-	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+	return mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
 		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
 			return fmt.Errorf("caches not synced")
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return &Coordinator{mgr: mgr}, nil
+	})
 }
 
 // Run runs the coordinator until ctx ends; it returns nil on a clean shutdown.

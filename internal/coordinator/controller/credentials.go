@@ -18,10 +18,6 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
-// ReasonImagePullSecretInvalid is the pool's ResolveFailed reason when the
-// credentials it names cannot be used.
-const ReasonImagePullSecretInvalid = "ImagePullSecretInvalid"
-
 // maxDockerConfig bounds a credentials document (a Secret is at most 1 MiB).
 const maxDockerConfig = 1 << 20
 
@@ -130,9 +126,9 @@ func parseDockerConfig(where string, b []byte) (authn.Keychain, error) {
 func credentialsReason(err error) string {
 	var ce *errCredentials
 	if errors.As(err, &ce) {
-		return ReasonImagePullSecretInvalid
+		return fleetv1.ReasonImagePullSecretInvalid
 	}
-	return "ResolveFailed"
+	return fleetv1.ReasonResolveFailed
 }
 
 // secretNamespace is where pools' pull secrets live: the coordinator's own

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
 func TestParseDockerConfig(t *testing.T) {
@@ -35,7 +37,7 @@ func TestParseDockerConfig(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ce) {
 				t.Fatalf("err %v, want an errCredentials containing %q", err, c.want)
 			}
-			if credentialsReason(err) != ReasonImagePullSecretInvalid {
+			if credentialsReason(err) != fleetv1.ReasonImagePullSecretInvalid {
 				t.Fatalf("reason %q", credentialsReason(err))
 			}
 		})

@@ -167,25 +167,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	var pool fleetv1.BootcNodePool
 	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			// Slot Leases and BootcNodes carry an ownerReference to the pool
-			// and go with it.
-			r.targets.forget(req.Name)
-			r.stages.forget(req.Name)
-			r.writes.forget(req.Name)
-			r.mu.Lock()
-			delete(r.statusWritten, req.Name)
-			delete(r.statusDue, req.Name)
-			r.mu.Unlock()
-			r.drains.forgetExcept(req.Name, nil)
-			r.forgetPool(req.Name)
-			r.slotClock.forget(req.Name)
-			metrics.ForgetPool(req.Name)
-			if u, ok := r.undecodable.get(kindPool, req.Name); ok {
-				// Not gone: set aside, so it gets no action; say why on it,
-				// and look again later (it is in no cache to wake us).
-				return reconcile.Result{RequeueAfter: r.opts.RequeueInterval}, r.reportUndecodablePool(ctx, u)
-			}
-			return reconcile.Result{}, nil
+			return r.poolGone(ctx, req.Name)
 		}
 		return reconcile.Result{}, err
 	}
@@ -202,16 +184,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 		return reconcile.Result{}, err
 	}
-	in := w.input
-	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
-	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
-	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
-	r.seen.forgetGone(w.bootcNodes)
-	r.slotClock.observe(pool.Name, in.Slots, now)
-	in.GrantsSeen, in.UngrantedStagingSince = r.stages.observe(req.Name, in.Slots, now)
-	if tgt.err == "" {
-		in.ResolvedAt = tgt.ok
-	}
+	in := r.planInput(&pool, w, tgt, now)
 	observed := time.Now()
 	out := plan.Plan(in)
 	r.stages.sawUngranted(req.Name, out.StagingWithoutGrant, now)
@@ -232,12 +205,59 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 		return reconcile.Result{}, err
 	}
+	return reconcile.Result{RequeueAfter: r.requeueAfter(req.Name, untilResolve, out.RequeueAfter, applied)}, nil
+}
+
+// poolGone forgets what this coordinator kept about a pool that is not in
+// the cache: deleted, or set aside as undecodable.
+func (r *poolReconciler) poolGone(ctx context.Context, name string) (reconcile.Result, error) {
+	// Slot Leases and BootcNodes carry an ownerReference to the pool
+	// and go with it.
+	r.targets.forget(name)
+	r.stages.forget(name)
+	r.writes.forget(name)
+	r.mu.Lock()
+	delete(r.statusWritten, name)
+	delete(r.statusDue, name)
+	r.mu.Unlock()
+	r.drains.forgetExcept(name, nil)
+	r.forgetPool(name)
+	r.slotClock.forget(name)
+	metrics.ForgetPool(name)
+	if u, ok := r.undecodable.get(kindPool, name); ok {
+		// Not gone: set aside, so it gets no action; say why on it,
+		// and look again later (it is in no cache to wake us).
+		return reconcile.Result{RequeueAfter: r.opts.RequeueInterval}, r.reportUndecodablePool(ctx, u)
+	}
+	return reconcile.Result{}, nil
+}
+
+// planInput completes the observed world with the target, the drains, the
+// clock and what this coordinator remembers between passes.
+func (r *poolReconciler) planInput(pool *fleetv1.BootcNodePool, w *observed, tgt target, now time.Time) plan.Input {
+	in := w.input
+	in.Target, in.ResolveError, in.Drains, in.Now, in.LeaseDuration = tgt.pinned, tgt.err, r.drains.snapshot(), now, r.opts.LeaseDuration
+	in.Index, in.IndexUnknown, in.Uninspected = tgt.index, tgt.indexUnknown, tgt.uninspected
+	in.Heartbeats, in.QuietAfter = r.seen.observe(in.BootcNodes, now), r.opts.QuietAfter
+	r.seen.forgetGone(w.bootcNodes)
+	r.slotClock.observe(pool.Name, in.Slots, now)
+	in.GrantsSeen, in.UngrantedStagingSince = r.stages.observe(pool.Name, in.Slots, now)
+	if tgt.err == "" {
+		in.ResolvedAt = tgt.ok
+	}
+	return in
+}
+
+// requeueAfter is when the pool is reconciled again: the soonest of the
+// requeue interval, the next resolution, the plan's next deadline, a due
+// status write, and a second after a pass that wrote.
+func (r *poolReconciler) requeueAfter(pool string, untilResolve, planned time.Duration, applied bool) time.Duration {
 	after := min(r.opts.RequeueInterval, untilResolve)
-	if out.RequeueAfter > 0 {
-		after = min(after, out.RequeueAfter)
+	if planned > 0 {
+		after = min(after, planned)
 	}
 	r.mu.Lock()
-	due, ok := r.statusDue[req.Name]
+	due, ok := r.statusDue[pool]
 	r.mu.Unlock()
 	if ok {
 		after = min(after, due)
@@ -245,7 +265,7 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if applied {
 		after = min(after, time.Second)
 	}
-	return reconcile.Result{RequeueAfter: after}, nil
+	return after
 }
 
 var errInvalidSelector = errors.New("invalid spec.nodeSelector")
@@ -285,22 +305,17 @@ type observed struct {
 
 func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePool) (*observed, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&pool.Spec.NodeSelector)
-	if err != nil || sel.Empty() {
-		return nil, fmt.Errorf("%w: %v", errInvalidSelector, err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errInvalidSelector, err)
 	}
-	var pools fleetv1.BootcNodePoolList
-	if err := r.client.List(ctx, &pools); err != nil {
+	if sel.Empty() {
+		// The message as it has always read (the API server refuses an
+		// empty selector, so only an object from before that rule has one).
+		return nil, fmt.Errorf("%w: <nil>", errInvalidSelector)
+	}
+	others, err := r.otherPools(ctx, pool.Name)
+	if err != nil {
 		return nil, err
-	}
-	others := map[string]labels.Selector{}
-	for i := range pools.Items {
-		p := &pools.Items[i]
-		if p.Name == pool.Name || p.DeletionTimestamp != nil {
-			continue
-		}
-		if s, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector); err == nil && !s.Empty() {
-			others[p.Name] = s
-		}
 	}
 	// The cache's own objects, not copies: a pass only reads them (every
 	// write starts from a DeepCopy), and at 5,000 nodes copying the three
@@ -323,10 +338,48 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 
 	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}, nodeUIDs: map[string]types.UID{}}
 	w.input.Pool = pool
-	wanted := map[string]bool{} // nodes the pool refers to
-	for i := range leases.Items {
-		l := &leases.Items[i]
-		s, ok := plan.ParseSlot(pool.Name, l)
+	wanted := w.addSlots(pool.Name, leases.Items, bns.Items)
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		in := sel.Matches(labels.Set(n.Labels))
+		if !in && !wanted[n.Name] {
+			continue
+		}
+		w.nodeUIDs[n.Name] = n.UID
+		w.input.Nodes = append(w.input.Nodes, planNode(n, in, others))
+	}
+	w.addBootcNodes(pool.Name)
+	return w, nil
+}
+
+// otherPools are the selectors of the pools other than pool, to name the
+// pools a node is in besides it.
+func (r *poolReconciler) otherPools(ctx context.Context, pool string) (map[string]labels.Selector, error) {
+	var pools fleetv1.BootcNodePoolList
+	if err := r.client.List(ctx, &pools); err != nil {
+		return nil, err
+	}
+	others := map[string]labels.Selector{}
+	for i := range pools.Items {
+		p := &pools.Items[i]
+		if p.Name == pool || p.DeletionTimestamp != nil {
+			continue
+		}
+		if s, err := metav1.LabelSelectorAsSelector(&p.Spec.NodeSelector); err == nil && !s.Empty() {
+			others[p.Name] = s
+		}
+	}
+	return others, nil
+}
+
+// addSlots keeps the pool's slot Leases and every BootcNode, and returns
+// the nodes the pool refers to: holders of its slots, nodes of its
+// BootcNodes.
+func (w *observed) addSlots(pool string, leases []coordinationv1.Lease, bns []fleetv1.BootcNode) map[string]bool {
+	wanted := map[string]bool{}
+	for i := range leases {
+		l := &leases[i]
+		s, ok := plan.ParseSlot(pool, l)
 		if !ok {
 			continue
 		}
@@ -336,45 +389,47 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 			wanted[s.Holder] = true
 		}
 	}
-	for i := range bns.Items {
-		bn := &bns.Items[i]
-		if bn.Spec.Pool == pool.Name {
+	for i := range bns {
+		bn := &bns[i]
+		if bn.Spec.Pool == pool {
 			wanted[bn.Name] = true
 		}
 		w.bootcNodes[bn.Name] = bn
 	}
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		in := sel.Matches(labels.Set(n.Labels))
-		if !in && !wanted[n.Name] {
-			continue
-		}
-		pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID,
-			OS: n.Status.NodeInfo.OperatingSystem, Arch: n.Status.NodeInfo.Architecture,
-			CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
-		pn.HoldReason, pn.Held = n.Annotations[fleetv1.AnnotationHold]
-		w.nodeUIDs[n.Name] = n.UID
-		if in {
-			for name, s := range others {
-				if s.Matches(labels.Set(n.Labels)) {
-					pn.OtherPools = append(pn.OtherPools, name)
-				}
+	return wanted
+}
+
+// planNode is what the planner reads of a Node; in says the pool's
+// selector matches it, others are the other pools' selectors.
+func planNode(n *corev1.Node, in bool, others map[string]labels.Selector) plan.Node {
+	pn := plan.Node{Name: n.Name, InPool: in, Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID,
+		OS: n.Status.NodeInfo.OperatingSystem, Arch: n.Status.NodeInfo.Architecture,
+		CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
+	pn.HoldReason, pn.Held = n.Annotations[fleetv1.AnnotationHold]
+	if in {
+		for name, s := range others {
+			if s.Matches(labels.Set(n.Labels)) {
+				pn.OtherPools = append(pn.OtherPools, name)
 			}
-			sort.Strings(pn.OtherPools)
 		}
-		w.input.Nodes = append(w.input.Nodes, pn)
+		sort.Strings(pn.OtherPools)
 	}
+	return pn
+}
+
+// addBootcNodes gives the planner, sorted by name, the BootcNodes of the
+// nodes it sees and those of the pool.
+func (w *observed) addBootcNodes(pool string) {
 	present := map[string]bool{}
 	for _, n := range w.input.Nodes {
 		present[n.Name] = true
 	}
 	for name, bn := range w.bootcNodes {
-		if present[name] || bn.Spec.Pool == pool.Name {
+		if present[name] || bn.Spec.Pool == pool {
 			w.input.BootcNodes = append(w.input.BootcNodes, *bn)
 		}
 	}
 	sort.Slice(w.input.BootcNodes, func(i, j int) bool { return w.input.BootcNodes[i].Name < w.input.BootcNodes[j].Name })
-	return w, nil
 }
 
 // invalidSpec reports a selector the API server accepted but that selects

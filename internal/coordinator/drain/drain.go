@@ -183,7 +183,7 @@ func (d *Drainer) helper(ctx context.Context, timeout time.Duration, log logr.Lo
 		OnPodDeletionOrEvictionStarted: func(pod *corev1.Pod, usingEviction bool) {
 			log.V(1).Info("evicting pod", "pod", key(pod), "eviction", usingEviction)
 		},
-		OnPodDeletionOrEvictionFinished: func(pod *corev1.Pod, usingEviction bool, err error) {
+		OnPodDeletionOrEvictionFinished: func(pod *corev1.Pod, _ bool, err error) {
 			if err != nil {
 				log.Info("pod eviction failed", "pod", key(pod), "error", err.Error())
 				return

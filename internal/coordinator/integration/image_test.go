@@ -20,7 +20,6 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
-	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
 
 // push writes a random image to ref over real HTTP and returns it pinned.
@@ -79,7 +78,7 @@ func TestImageChangeMidRollout(t *testing.T) {
 	}
 	second := push(t, ref) // the tag moves mid-rollout
 	eventually(t, 60*time.Second, "an ImageChanged event", func() (bool, string) {
-		for _, e := range events(t, "retag", plan.EventImageChanged) {
+		for _, e := range events(t, "retag", fleetv1.EventImageChanged) {
 			if strings.Contains(e, second.String()) {
 				return true, ""
 			}

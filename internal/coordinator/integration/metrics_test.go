@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
@@ -118,7 +119,7 @@ func TestMetricsNeedAuthenticationAndAuthorization(t *testing.T) {
 	} {
 		code, body, err := get(c.tok)
 		if err != nil || code != c.code || !strings.Contains(body, c.body) {
-			t.Errorf("%s: %d %q %v, want %d with %q", c.who, code, truncated(body), err, c.code, c.body)
+			t.Errorf("%s: %d %q %v, want %d with %q", c.who, code, text.Truncate(body, 200), err, c.code, c.body)
 		}
 	}
 	// Plain HTTP is not served.
@@ -129,11 +130,4 @@ func TestMetricsNeedAuthenticationAndAuthorization(t *testing.T) {
 			t.Fatal("metrics served over plain HTTP")
 		}
 	}
-}
-
-func truncated(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "..."
-	}
-	return s
 }

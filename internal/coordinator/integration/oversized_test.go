@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
@@ -74,8 +75,5 @@ func truncateErr(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
-	if s := err.Error(); len(s) > 300 {
-		return s[:300] + "..."
-	}
-	return err.Error()
+	return text.Truncate(err.Error(), 300)
 }

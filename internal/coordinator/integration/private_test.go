@@ -83,8 +83,8 @@ func TestPrivateRegistry(t *testing.T) {
 		{"priv-good", "pull-good", ""},
 		{"priv-none", "", "RegistryUnauthorized: "},
 		{"priv-wrong", "pull-wrong", "RegistryUnauthorized: "},
-		{"priv-missing", "pull-absent", controller.ReasonImagePullSecretInvalid + ": spec.imagePullSecret: Secret bootc-fleet-system/pull-absent not found"},
-		{"priv-opaque", "pull-opaque", controller.ReasonImagePullSecretInvalid + `: spec.imagePullSecret: Secret bootc-fleet-system/pull-opaque has type "Opaque", want kubernetes.io/dockerconfigjson`},
+		{"priv-missing", "pull-absent", fleetv1.ReasonImagePullSecretInvalid + ": spec.imagePullSecret: Secret bootc-fleet-system/pull-absent not found"},
+		{"priv-opaque", "pull-opaque", fleetv1.ReasonImagePullSecretInvalid + `: spec.imagePullSecret: Secret bootc-fleet-system/pull-opaque has type "Opaque", want kubernetes.io/dockerconfigjson`},
 	}
 	fleets := map[string]*fleet{}
 	// Each coordinator gets pools of its own, so no verdict of an earlier
@@ -151,7 +151,7 @@ func TestPrivateRegistry(t *testing.T) {
 		secret("pull-wrong-again", corev1.SecretTypeDockerConfigJson, reg.DockerConfig(user, "not-"+password))
 		check(t, "privf-none", "")
 		check(t, "privf-wrong", "RegistryUnauthorized: ")
-		check(t, "privf-missing", controller.ReasonImagePullSecretInvalid)
+		check(t, "privf-missing", fleetv1.ReasonImagePullSecretInvalid)
 	})
 
 	t.Run("without the CA", func(t *testing.T) {

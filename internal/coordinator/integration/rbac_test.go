@@ -20,7 +20,6 @@ import (
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
-	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
 
@@ -104,9 +103,9 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 			// The Node has every cordon, drain and reboot; staging progress
 			// is the BootcNode's alone. Each routine Event is recorded once
 			// (amendments 16 and 17).
-			return got[plan.EventRebootGranted] > 0 && got[plan.EventDrained] > 0 && got[plan.EventNodeUpdated] > 0 &&
-					got[plan.EventStaged] == 0 && onBN[plan.EventStaged] > 0 &&
-					onBN[plan.EventRebootGranted] == 0 && onBN[plan.EventDrained] == 0 && onBN[plan.EventNodeUpdated] == 0,
+			return got[fleetv1.EventRebootGranted] > 0 && got[fleetv1.EventDrained] > 0 && got[fleetv1.EventNodeUpdated] > 0 &&
+					got[fleetv1.EventStaged] == 0 && onBN[fleetv1.EventStaged] > 0 &&
+					onBN[fleetv1.EventRebootGranted] == 0 && onBN[fleetv1.EventDrained] == 0 && onBN[fleetv1.EventNodeUpdated] == 0,
 				fmt.Sprint(got, onBN, pe)
 		})
 	}

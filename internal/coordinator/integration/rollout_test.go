@@ -67,7 +67,7 @@ func TestFullRolloutTenNodesMaxUnavailableThree(t *testing.T) {
 			t.Errorf("node %s left cordoned", n.Name)
 		}
 	}
-	if len(events(t, "full", plan.EventNodeUpdated)) == 0 {
+	if len(events(t, "full", fleetv1.EventNodeUpdated)) == 0 {
 		t.Error("no NodeUpdated events")
 	}
 }
@@ -109,7 +109,7 @@ func TestDrainBlockedByPDBNeverReboots(t *testing.T) {
 	})
 	// Whichever node gets the reboot slot first, pdb-n00 cannot drain.
 	eventually(t, 90*time.Second, "a DrainFailed event naming the PDB", func() (bool, string) {
-		evs := events(t, "pdb", plan.EventDrainFailed)
+		evs := events(t, "pdb", fleetv1.EventDrainFailed)
 		for _, e := range evs {
 			if strings.Contains(e, "pdb-test/web-pdb") && strings.Contains(e, "pdb-test/web-0") {
 				return true, ""
@@ -123,7 +123,7 @@ func TestDrainBlockedByPDBNeverReboots(t *testing.T) {
 	}
 	// Retried: a second attempt fails too, and the slot never reached Reboot.
 	eventually(t, 90*time.Second, "a second drain attempt", func() (bool, string) {
-		evs := events(t, "pdb", plan.EventDrainFailed)
+		evs := events(t, "pdb", fleetv1.EventDrainFailed)
 		for _, e := range evs {
 			if strings.Contains(e, "attempt 2") {
 				return true, ""
@@ -185,7 +185,7 @@ func TestNodeThatNeverReturnsTimesOutThenHalts(t *testing.T) {
 	if st := f.getPool().Status; st.Failures != 1 || st.Degraded < 1 {
 		t.Fatalf("status %+v", st)
 	}
-	if len(events(t, "halt", plan.EventRebootTimeout)) == 0 {
+	if len(events(t, "halt", fleetv1.EventRebootTimeout)) == 0 {
 		t.Fatal("no RebootTimeout event")
 	}
 	// Staging continues while halted; rebooting does not.

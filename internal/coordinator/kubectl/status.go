@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
@@ -208,11 +209,8 @@ func shortDigest(ref string) string {
 		return "<none>"
 	}
 	if at := strings.LastIndex(ref, "@sha256:"); at >= 0 {
-		d := ref[at+1:]
-		if len(d) > len("sha256:")+12 {
-			d = d[:len("sha256:")+12]
-		}
-		return d
+		// A table column: the short digest without its ellipsis.
+		return strings.TrimSuffix(text.ShortDigest(ref[at+1:]), text.Ellipsis)
 	}
 	return ref
 }

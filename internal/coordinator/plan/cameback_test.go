@@ -27,7 +27,7 @@ func TestBlipAfterRebootTimeoutRestartsOnlyMinReady(t *testing.T) {
 	w.now = w.now.Add(16 * time.Minute)
 	w.nodes["node-00"].Ready = false
 	out := w.step()
-	if mf := changes(out, OpMarkFailed, lease.KindReboot); len(mf) != 0 || hasEvent(out, EventRebootTimeout, "") {
+	if mf := changes(out, OpMarkFailed, lease.KindReboot); len(mf) != 0 || hasEvent(out, fleetv1.EventRebootTimeout, "") {
 		t.Fatalf("a node that came back in time was marked %+v, events %+v", mf, out.Events)
 	}
 	if mb := changes(out, OpMarkBack, lease.KindReboot); len(mb) != 1 || !mb[0].BackSince.IsZero() {

@@ -134,7 +134,7 @@ func (p *planner) grant(slots []Slot) {
 			heldReboot++
 			delete(other, name)
 			granted[name] = true
-			p.nodeEvent(name, "Normal", EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
+			p.nodeEvent(name, "Normal", fleetv1.EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
 		}
 	}
 

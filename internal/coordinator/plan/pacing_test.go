@@ -135,7 +135,7 @@ func TestMinReadySecondsHoldsTheSlot(t *testing.T) {
 	w.step()
 	rebootAndReturn(t, w, "node-00")
 	out := w.step()
-	if len(changes(out, OpRelease, lease.KindReboot)) != 0 || len(changes(out, OpMarkBack, lease.KindReboot)) != 1 || !hasEvent(out, EventNodeBack, "once it has stayed Ready for 1m0s") {
+	if len(changes(out, OpRelease, lease.KindReboot)) != 0 || len(changes(out, OpMarkBack, lease.KindReboot)) != 1 || !hasEvent(out, fleetv1.EventNodeBack, "once it has stayed Ready for 1m0s") {
 		t.Fatalf("first sight of the node back: %+v %+v", out.Changes, out.Events)
 	}
 	if out.RequeueAfter <= 0 || out.RequeueAfter > time.Minute {
@@ -145,7 +145,7 @@ func TestMinReadySecondsHoldsTheSlot(t *testing.T) {
 	w.now = w.now.Add(30 * time.Second)
 	w.nodes["node-00"].Ready = false
 	out = w.step()
-	if mb := changes(out, OpMarkBack, lease.KindReboot); len(mb) != 1 || !mb[0].BackSince.IsZero() || !hasEvent(out, EventNodeFellOver, "node-00") {
+	if mb := changes(out, OpMarkBack, lease.KindReboot); len(mb) != 1 || !mb[0].BackSince.IsZero() || !hasEvent(out, fleetv1.EventNodeFellOver, "node-00") {
 		t.Fatalf("falling over: %+v %+v", out.Changes, out.Events)
 	}
 	// Ready again: the clock starts over.

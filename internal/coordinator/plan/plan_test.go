@@ -346,7 +346,7 @@ func TestDrainingGrantCordonsDrainsThenAdvances(t *testing.T) {
 	if len(changes(out, OpAdvance, lease.KindReboot)) != 0 || len(out.StartDrains) != 1 {
 		t.Fatalf("after failed drain: %+v", out)
 	}
-	if !hasEvent(out, EventDrainFailed, "web-pdb") {
+	if !hasEvent(out, fleetv1.EventDrainFailed, "web-pdb") {
 		t.Fatalf("no DrainFailed event naming the PDB: %+v", out.Events)
 	}
 	if c := cond(out, fleetv1.PoolDegraded); c.Reason != fleetv1.ReasonDrainFailed || !strings.Contains(c.Message, "web-pdb") {
@@ -445,7 +445,7 @@ func TestRebootSlotReleasedOnlyWhenVerified(t *testing.T) {
 			if got := len(rel) == 1; got != c.want {
 				t.Fatalf("release: got %v, want %v (%+v)", got, c.want, out.Changes)
 			}
-			if c.want && (!rel[0].Uncordon || rel[0].Why != WhyVerified || !hasEvent(out, EventNodeUpdated, "node-00")) {
+			if c.want && (!rel[0].Uncordon || rel[0].Why != WhyVerified || !hasEvent(out, fleetv1.EventNodeUpdated, "node-00")) {
 				t.Fatalf("release %+v, events %+v", rel[0], out.Events)
 			}
 		})
@@ -484,7 +484,7 @@ func TestUnusedRebootGrantOfAnEarlierBootIsRevoked(t *testing.T) {
 				t.Fatalf("revoke: got %v, want %v (%+v)", got, c.wantRevoke, out.Changes)
 			}
 			if c.wantRevoke {
-				if !rev[0].Uncordon || len(changes(out, OpMarkFailed, lease.KindReboot)) != 0 || !hasEvent(out, EventGrantRevoked, "node-00") {
+				if !rev[0].Uncordon || len(changes(out, OpMarkFailed, lease.KindReboot)) != 0 || !hasEvent(out, fleetv1.EventGrantRevoked, "node-00") {
 					t.Fatalf("revoke %+v; changes %+v; events %+v", rev[0], out.Changes, out.Events)
 				}
 			}
@@ -523,7 +523,7 @@ func TestRebootTimeoutMarksFailedAndHalts(t *testing.T) {
 	if c := cond(out, fleetv1.PoolHalted); c.Status != metav1.ConditionTrue || c.Reason != fleetv1.ReasonFailuresReached {
 		t.Fatalf("Halted = %+v", c)
 	}
-	if out.Status.Failures != 1 || !hasEvent(out, EventRebootTimeout, "node-00") || !hasEvent(out, EventHalted, "node-00") {
+	if out.Status.Failures != 1 || !hasEvent(out, fleetv1.EventRebootTimeout, "node-00") || !hasEvent(out, fleetv1.EventHalted, "node-00") {
 		t.Fatalf("failures %d events %+v", out.Status.Failures, out.Events)
 	}
 	s, _ := w.grantOf("node-00", lease.KindReboot)
@@ -722,7 +722,7 @@ func TestImageChangeMidRollout(t *testing.T) {
 	if got := w.bns["node-00"].Spec.DesiredImage; got != imgV2.String() {
 		t.Fatalf("node-00 desired %s, want v2", got)
 	}
-	if !hasEvent(out, EventImageChanged, imgV2.String()) || out.Status.TargetImage != imgV2.String() {
+	if !hasEvent(out, fleetv1.EventImageChanged, imgV2.String()) || out.Status.TargetImage != imgV2.String() {
 		t.Fatalf("events %+v target %s", out.Events, out.Status.TargetImage)
 	}
 	// Next step: stage grants re-issued for v2.
@@ -766,7 +766,7 @@ func TestMalformedSlotIsReset(t *testing.T) {
 	l.Spec.HolderIdentity = ptr.To("node-00")
 	l.Annotations = map[string]string{lease.AnnotationImage: "not a ref"}
 	out := w.step()
-	if len(changes(out, OpReset, lease.KindReboot)) != 1 || !hasEvent(out, EventSlotMalformed, "workers-reboot-0") {
+	if len(changes(out, OpReset, lease.KindReboot)) != 1 || !hasEvent(out, fleetv1.EventSlotMalformed, "workers-reboot-0") {
 		t.Fatalf("%+v", out)
 	}
 	if s, _ := ParseSlot(poolName, w.leases["workers-reboot-0"]); s.State != SlotFree {

@@ -87,7 +87,7 @@ func (p *planner) noPlatformImage(name string, bn *fleetv1.BootcNode) string {
 			Message: fmt.Sprintf("node %s gets no image from pool %s: %s; it gets no grants and counts as degraded until the index has exactly one image for its platform, or it leaves the pool", name, p.pool, p.noImage[name].Message)})
 	case had != "":
 		if t, ok := p.targetOf(name); ok {
-			p.out.Events = append(p.out.Events, Event{Type: "Normal", Reason: EventPlatformImageFound, BootcNode: name,
+			p.out.Events = append(p.out.Events, Event{Type: "Normal", Reason: fleetv1.EventPlatformImageFound, BootcNode: name,
 				Message: fmt.Sprintf("node %s of pool %s now gets %s", name, p.pool, t)})
 		}
 	}

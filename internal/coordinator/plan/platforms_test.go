@@ -264,7 +264,7 @@ func TestNodeWithoutPlatformImageNeitherWedgesNorCountsAsDone(t *testing.T) {
 	if w2.bns["node-00"].Spec.DesiredImage != imgS390.String() || w2.bns["node-00"].Annotations[fleetv1.AnnotationNoPlatformImage] != "" {
 		t.Fatalf("after the index gained s390x: %+v", w2.bns["node-00"])
 	}
-	if !hasBootcNodeEvent(out, "node-00", EventPlatformImageFound, imgS390.String()) {
+	if !hasBootcNodeEvent(out, "node-00", fleetv1.EventPlatformImageFound, imgS390.String()) {
 		t.Fatalf("events %+v", out.Events)
 	}
 }
@@ -293,7 +293,7 @@ func TestNewIndexMovesEachNodesTarget(t *testing.T) {
 	if rv := changes(out, OpRevoke, lease.KindReboot); len(rv) != 1 || rv[0].Node != "node-01" || !rv[0].Uncordon {
 		t.Fatalf("reboot revokes %+v", rv)
 	}
-	if !hasEvent(out, EventGrantRevoked, "has no image for the node (PlatformNotInIndex") {
+	if !hasEvent(out, fleetv1.EventGrantRevoked, "has no image for the node (PlatformNotInIndex") {
 		t.Fatalf("revoke event does not say why: %+v", out.Events)
 	}
 	if got := nodesOf(changes(out, OpRevoke, lease.KindStage)); !reflect.DeepEqual(got, []string{"node-00", "node-02", "node-03"}) {

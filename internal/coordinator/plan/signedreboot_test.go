@@ -60,8 +60,8 @@ func TestRebootGrantOverUnverifiedStageIsRevokedOnceProvablyUnused(t *testing.T)
 			if rv[0].Why != WhyUnverified || !rv[0].Uncordon || rv[0].Node != "node-00" {
 				t.Fatalf("revoke %+v, want Why %s, uncordoning our cordon", rv[0], WhyUnverified)
 			}
-			if !hasEvent(out, EventStagedNotVerified, "not verified") {
-				t.Fatalf("no %s Event saying why: %+v", EventStagedNotVerified, out.Events)
+			if !hasEvent(out, fleetv1.EventStagedNotVerified, "not verified") {
+				t.Fatalf("no %s Event saying why: %+v", fleetv1.EventStagedNotVerified, out.Events)
 			}
 			// Then it is staged again, verified, and granted again; no
 			// RebootTimeout ever, no failure.
@@ -88,7 +88,7 @@ func TestRebootTimeoutOverUnverifiedStageSaysWhy(t *testing.T) {
 	w.bns["node-00"].Status.Staged.Signature = fleetv1.SignatureInsecure
 	w.now = w.now.Add(16 * time.Minute)
 	out := w.step()
-	if len(changes(out, OpMarkFailed, lease.KindReboot)) != 1 || !hasEvent(out, EventRebootTimeout, "not verified by the container signature policy") {
+	if len(changes(out, OpMarkFailed, lease.KindReboot)) != 1 || !hasEvent(out, fleetv1.EventRebootTimeout, "not verified by the container signature policy") {
 		t.Fatalf("changes %+v events %+v", out.Changes, out.Events)
 	}
 }

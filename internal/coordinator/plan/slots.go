@@ -18,7 +18,7 @@ func (p *planner) held(s Slot) {
 	case SlotFree:
 		return
 	case SlotMalformed:
-		p.event("Warning", EventSlotMalformed, "slot Lease %s/%s was not a valid grant (%s); reset it to free", lease.Namespace, s.Name, s.Problem)
+		p.event("Warning", fleetv1.EventSlotMalformed, "slot Lease %s/%s was not a valid grant (%s); reset it to free", lease.Namespace, s.Name, s.Problem)
 		p.change(s, SlotChange{Op: OpReset, Why: WhyMalformed})
 		if s.Kind == lease.KindReboot && s.Holder != "" {
 			p.out.StopDrains = append(p.out.StopDrains, s.Holder)
@@ -55,13 +55,13 @@ func (p *planner) held(s Slot) {
 	case !exists:
 		stop()
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyNodeDeleted})
-		p.nodeEvent(g.Holder, "Normal", EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(reboot && g.Phase == lease.PhaseReboot, p.b.RebootTimeout))
+		p.nodeEvent(g.Holder, "Normal", fleetv1.EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(reboot && g.Phase == lease.PhaseReboot, p.b.RebootTimeout))
 		delete(p.failedSlot, g.Holder)
 		return
 	case !n.InPool:
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyLeftPool, Uncordon: uncordon})
-		p.nodeEvent(g.Holder, "Normal", EventGrantRevoked, "revoked %s slot %s: node %s left the pool%s", s.Kind, s.Name, g.Holder, restored(uncordon))
+		p.nodeEvent(g.Holder, "Normal", fleetv1.EventGrantRevoked, "revoked %s slot %s: node %s left the pool%s", s.Kind, s.Name, g.Holder, restored(uncordon))
 		delete(p.failedSlot, g.Holder)
 		return
 	}
@@ -82,9 +82,9 @@ func (p *planner) held(s Slot) {
 				how = fmt.Sprintf("after a soft reboot (boot ID unchanged, soft-reboot count %d, granted at %d)", softCount(st), g.SoftRebootCount)
 			}
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
-			p.nodeEvent(n.Name, "Normal", EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
+			p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
 			if !uncordon && n.Unschedulable && n.CordonedFor == lease.CordonMark(g.ID) {
-				p.nodeEvent(n.Name, "Warning", EventCordonLeft, "node %s stays cordoned: it carries the mark %s=%s of slot %s, but the grant does not record that the coordinator's own cordon call made the cordon (the coordinator stopped between the two, or someone else wrote the mark); uncordon it if nobody else cordoned it",
+				p.nodeEvent(n.Name, "Warning", fleetv1.EventCordonLeft, "node %s stays cordoned: it carries the mark %s=%s of slot %s, but the grant does not record that the coordinator's own cordon call made the cordon (the coordinator stopped between the two, or someone else wrote the mark); uncordon it if nobody else cordoned it",
 					n.Name, lease.NodeAnnotationCordonedFor, n.CordonedFor, s.Name)
 			}
 			delete(p.failedSlot, g.Holder)
@@ -94,7 +94,7 @@ func (p *planner) held(s Slot) {
 			// the image will come under it, and the locked stage is gone.
 			// Up and Ready, it holds no budget; it is staged again.
 			p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
-			p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
+			p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
 				s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(uncordon))
 			delete(p.failedSlot, g.Holder)
 		case p.unverifiedAndUnused(n, st, g):
@@ -104,7 +104,7 @@ func (p *planner) held(s Slot) {
 			// Revoke it, so the node is staged again, verified, and granted
 			// again, instead of timing out as a reboot that never came back.
 			p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
-			p.nodeEvent(n.Name, "Warning", EventStagedNotVerified, "revoked reboot slot %s of node %s in phase Reboot: its staged %s was not verified by the container signature policy (signature %q) and the pool now requires signed images; its agent reports, acting on that spec, that it waits with the stage locked and never rebooted under the grant, so it will be staged again with enforcement and granted again%s",
+			p.nodeEvent(n.Name, "Warning", fleetv1.EventStagedNotVerified, "revoked reboot slot %s of node %s in phase Reboot: its staged %s was not verified by the container signature policy (signature %q) and the pool now requires signed images; its agent reports, acting on that spec, that it waits with the stage locked and never rebooted under the grant, so it will be staged again with enforcement and granted again%s",
 				s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
 			delete(p.failedSlot, g.Holder)
 		case s.CameBack:
@@ -118,7 +118,7 @@ func (p *planner) held(s Slot) {
 		case g.Failure == "" && !p.in.Now.Before(rebootSince(s).Add(p.b.RebootTimeout)):
 			p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
 			p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
-			p.nodeEvent(n.Name, "Warning", EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
+			p.nodeEvent(n.Name, "Warning", fleetv1.EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
 				n.Name, g.Image, p.b.RebootTimeout, p.whyNotBack(n, st, g), s.Name)
 		case g.Failure == "":
 			p.requeueAt(rebootSince(s).Add(p.b.RebootTimeout))
@@ -132,24 +132,24 @@ func (p *planner) held(s Slot) {
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged, Uncordon: uncordon})
-		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
 	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
-		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
 	case st != nil && onDigest(st.Staged, g.Image.Digest) && !p.stagedForReboot(st, g.Image):
 		// requireSignedImages was turned on after the stage: the node is
 		// staged again, verified, before it may reboot.
 		stop()
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
-		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
 			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon, DrainTimeout: p.b.DrainTimeout})
 	case hasDrain && d.State == DrainDone:
 		// The advance keeps the grant's record of whose cordon it is.
 		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: cordonIsOurs(s, n)})
-		p.nodeEvent(n.Name, "Normal", EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventDrained, "node %s drained; slot %s moves to phase Reboot", n.Name, s.Name)
 	case hasDrain && d.State == DrainRunning:
 		if d.Message != "" {
 			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
@@ -157,7 +157,7 @@ func (p *planner) held(s Slot) {
 	default:
 		if hasDrain && d.State == DrainFailed {
 			p.drainMsgs = append(p.drainMsgs, fmt.Sprintf("%s: %s", n.Name, d.Message))
-			p.nodeEvent(n.Name, "Warning", EventDrainFailed, "drain of node %s did not finish within %s (attempt %d): %s; retrying, the node will not reboot until it drains",
+			p.nodeEvent(n.Name, "Warning", fleetv1.EventDrainFailed, "drain of node %s did not finish within %s (attempt %d): %s; retrying, the node will not reboot until it drains",
 				n.Name, p.b.DrainTimeout, d.Attempts, d.Message)
 		}
 		p.out.StartDrains = append(p.out.StartDrains, DrainStart{Node: n.Name, Grant: g.ID, Timeout: p.b.DrainTimeout})
@@ -171,16 +171,16 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 	switch {
 	case st != nil && (p.stagedForReboot(st, g.Image) || onDigest(st.Booted, g.Image.Digest)):
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
-		p.nodeEvent(n.Name, "Normal", EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
-		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
 	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
-		p.nodeEvent(n.Name, "Normal", EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
 	case claimed && claim.Released != "":
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
-		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
 			n.Name, s.Name, claim.Released, text.Truncate(st.Message, 300), n.Name)
 	case !p.in.Now.Before(p.stageDeadline(g)):
 		// The agent cancels its stage stageTimeout after starting it and
@@ -188,7 +188,7 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 		// agent that does not. The node keeps its share of maxStaging while
 		// it still reports Staging (amendment 7), so the budget holds.
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyStageTimedOut})
-		p.nodeEvent(n.Name, "Warning", EventGrantRevoked, "revoked stage slot %s of node %s (%s): held longer than stageTimeout %s plus a lease duration (%s) since this coordinator saw the grant; the slot goes to the next node",
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked stage slot %s of node %s (%s): held longer than stageTimeout %s plus a lease duration (%s) since this coordinator saw the grant; the slot goes to the next node",
 			s.Name, n.Name, fleetv1.ReasonStageTimedOut, p.b.StageTimeout, p.in.LeaseDuration)
 	default:
 		p.requeueAt(p.stageDeadline(g))
@@ -200,7 +200,7 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 		}
 		if !p.in.Now.Before(alive.Add(g.Duration)) {
 			p.change(s, SlotChange{Op: OpRelease, Why: WhyExpired})
-			p.nodeEvent(n.Name, "Warning", EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
+			p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
 				s.Name, n.Name, g.Duration, alive.UTC().Format(time.RFC3339))
 			return
 		}

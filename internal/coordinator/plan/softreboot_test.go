@@ -112,7 +112,7 @@ func TestSoftRebootVerifiedByTheBootIdentity(t *testing.T) {
 			if got := len(rel) == 1; got != c.want {
 				t.Fatalf("release: got %v, want %v (%+v, events %+v)", got, c.want, out.Changes, out.Events)
 			}
-			if c.want && (!rel[0].Uncordon || rel[0].Why != WhyVerified || !hasEvent(out, EventNodeUpdated, "node-00")) {
+			if c.want && (!rel[0].Uncordon || rel[0].Why != WhyVerified || !hasEvent(out, fleetv1.EventNodeUpdated, "node-00")) {
 				t.Fatalf("release %+v, events %+v", rel[0], out.Events)
 			}
 			if !c.want && len(changes(out, OpRevoke, lease.KindReboot)) != 0 {
@@ -127,7 +127,7 @@ func TestSoftRebootReleaseSaysSo(t *testing.T) {
 	w.now = w.now.Add(10 * time.Second)
 	w.softReboot("node-00")
 	w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseIdle)
-	if out := w.plan(); !hasEvent(out, EventNodeUpdated, "after a soft reboot (boot ID unchanged, soft-reboot count 1, granted at 0)") {
+	if out := w.plan(); !hasEvent(out, fleetv1.EventNodeUpdated, "after a soft reboot (boot ID unchanged, soft-reboot count 1, granted at 0)") {
 		t.Fatalf("events %+v", out.Events)
 	}
 }
@@ -141,7 +141,7 @@ func TestSoftRebootIntoTheOldRootTimesOut(t *testing.T) {
 	w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseDegraded)
 	w.now = w.now.Add(15 * time.Minute)
 	out := w.plan()
-	if len(changes(out, OpMarkFailed, lease.KindReboot)) != 1 || !hasEvent(out, EventRebootTimeout, "it booted "+imgV0.Digest) {
+	if len(changes(out, OpMarkFailed, lease.KindReboot)) != 1 || !hasEvent(out, fleetv1.EventRebootTimeout, "it booted "+imgV0.Digest) {
 		t.Fatalf("changes %+v, events %+v", out.Changes, out.Events)
 	}
 }
@@ -157,7 +157,7 @@ func TestGrantsOfTheBootBeforeASoftRebootAreRevoked(t *testing.T) {
 		w.agentReports("node-00", imgV0, imageref.Pinned{}, fleetv1.PhaseWaiting)
 		out := w.plan()
 		cs := changes(out, OpRevoke, lease.KindStage)
-		if len(cs) != 1 || cs[0].Why != WhyBootChanged || !hasEvent(out, EventGrantRevoked, "same boot ID, soft-reboot count 1, granted at 0") {
+		if len(cs) != 1 || cs[0].Why != WhyBootChanged || !hasEvent(out, fleetv1.EventGrantRevoked, "same boot ID, soft-reboot count 1, granted at 0") {
 			t.Fatalf("changes %+v, events %+v", out.Changes, out.Events)
 		}
 	})

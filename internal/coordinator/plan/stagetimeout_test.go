@@ -85,7 +85,7 @@ func TestStageGrantRevokedAfterStageTimeout(t *testing.T) {
 	}
 	named := false
 	for _, e := range out.Events {
-		named = named || (e.Reason == EventGrantRevoked && strings.Contains(e.Message, fleetv1.ReasonStageTimedOut) && strings.Contains(e.Message, "node-00"))
+		named = named || (e.Reason == fleetv1.EventGrantRevoked && strings.Contains(e.Message, fleetv1.ReasonStageTimedOut) && strings.Contains(e.Message, "node-00"))
 	}
 	if !named {
 		t.Fatalf("no Event names the revoke's reason: %+v", out.Events)

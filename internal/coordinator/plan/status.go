@@ -26,7 +26,7 @@ func (p *planner) status() {
 	}
 	if p.target.Digest != "" {
 		if prev.TargetImage != "" && prev.TargetImage != p.target.String() {
-			p.event("Normal", EventImageChanged, "target image changed from %s to %s (spec.image %s): starting a new rollout", prev.TargetImage, p.target, p.in.Pool.Spec.Image)
+			p.event("Normal", fleetv1.EventImageChanged, "target image changed from %s to %s (spec.image %s): starting a new rollout", prev.TargetImage, p.target, p.in.Pool.Spec.Image)
 		}
 		st.TargetImage = p.target.String()
 	}
@@ -95,11 +95,11 @@ func (p *planner) status() {
 		if status == metav1.ConditionTrue && (old == nil || old.Status != status || old.Reason != reason) {
 			switch typ {
 			case fleetv1.PoolHalted:
-				p.event("Warning", EventHalted, "%s", msg)
+				p.event("Warning", fleetv1.EventHalted, "%s", msg)
 			case fleetv1.PoolDegraded:
 				p.event("Warning", reason, "%s", msg)
 			case fleetv1.PoolUpToDate:
-				p.event("Normal", EventRolloutDone, "%s", msg)
+				p.event("Normal", fleetv1.EventRolloutComplete, "%s", msg)
 			}
 		}
 	}
@@ -163,7 +163,7 @@ func (p *planner) status() {
 	}
 	switch {
 	case len(refusing) > 0:
-		set(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonAgentsRefused,
+		set(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonAgentRequestsRefused,
 			fmt.Sprintf("the API server refuses requests of the agent on %d node(s): %s; check the agent's RBAC and admission policies (packaging/rbac, packaging/policy)", len(refusing), joinMax(refusing, 3)))
 	case len(p.staging.lapsed) > 0:
 		names := p.staging.lapsedNames()

@@ -188,7 +188,7 @@ func TestCordonOwnershipComesFromTheCordonCall(t *testing.T) {
 		w.reboot("node-00")
 		w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseIdle)
 		out := w.step()
-		if rel := changes(out, OpRelease, lease.KindReboot); len(rel) != 1 || rel[0].Uncordon || !hasEvent(out, EventCordonLeft, "node-00") {
+		if rel := changes(out, OpRelease, lease.KindReboot); len(rel) != 1 || rel[0].Uncordon || !hasEvent(out, fleetv1.EventCordonLeft, "node-00") {
 			t.Fatalf("release %+v, events %+v: want the node left cordoned and named", rel, out.Events)
 		}
 	})
@@ -260,7 +260,7 @@ func TestQuietAgentsAreNamedOnThePool(t *testing.T) {
 			Status: metav1.ConditionFalse, Reason: fleetv1.ReasonRequestRefused, Message: `leases "workers-stage-0" is forbidden`})
 		out := w.plan()
 		cond := meta.FindStatusCondition(out.Status.Conditions, fleetv1.PoolAgentsReporting)
-		if cond == nil || cond.Reason != fleetv1.ReasonAgentsRefused || !strings.Contains(cond.Message, "forbidden") {
+		if cond == nil || cond.Reason != fleetv1.ReasonAgentRequestsRefused || !strings.Contains(cond.Message, "forbidden") {
 			t.Fatalf("AgentsReporting = %+v", cond)
 		}
 	})

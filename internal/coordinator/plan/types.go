@@ -297,37 +297,6 @@ type Output struct {
 	StagingWithoutGrant []string
 }
 
-// Event reasons.
-const (
-	EventRebootGranted  = "RebootGranted"
-	EventDrained        = "Drained"
-	EventDrainFailed    = "DrainFailed"
-	EventNodeUpdated    = "NodeUpdated"
-	EventStaged         = "Staged"
-	EventGrantRevoked   = "GrantRevoked"
-	EventGrantReleased  = "GrantReleased"
-	EventNodeBack       = "NodeBack"
-	EventNodeFellOver   = "NodeFellOver"
-	EventRebootTimeout  = "RebootTimeout"
-	EventImageChanged   = "ImageChanged"
-	EventResolveFailed  = "ResolveFailed"
-	EventHalted         = "Halted"
-	EventNodeConflict   = "NodeConflict"
-	EventSlotMalformed  = "SlotMalformed"
-	EventRolloutDone    = "RolloutComplete"
-	EventCordonRestored = "CordonRestored"
-	// EventCordonLeft: a node is left cordoned at release because only the
-	// Node's mark, not the grant, says the cordon was the coordinator's.
-	EventCordonLeft = "CordonLeft"
-	// EventStagedNotVerified: a reboot grant in phase Reboot was revoked
-	// because its node's stage is not verified and signed images are now
-	// required (amendment 21).
-	EventStagedNotVerified = "StagedNotVerified"
-	// On a BootcNode: its pool's index has no image for its platform (the
-	// Event's reason is the fleetv1.ReasonPlatform* of the case), or now has.
-	EventPlatformImageFound = "PlatformImageFound"
-)
-
 // Why values of slot changes.
 const (
 	WhyStaged        = "Staged"
@@ -339,8 +308,6 @@ const (
 	WhyBootChanged   = "BootChanged"
 	WhyDrained       = "Drained"
 	WhyMalformed     = "Malformed"
-	WhyNotRenewed    = "NotRenewed"
-	WhyAlreadyDone   = "AlreadyOnTarget"
 	WhyReleased      = "ReleasedByAgent"
 	WhyUnverified    = "StagedUnverified"
 	WhyBack          = "BackOnImage"

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
 // Kinds of resolution failure; match them with errors.Is.
@@ -75,26 +77,26 @@ func Reason(err error) string {
 	case err == nil:
 		return ""
 	case errors.Is(err, ErrInvalidReference):
-		return "InvalidImageReference"
+		return fleetv1.ReasonInvalidImageReference
 	case errors.Is(err, ErrNotFound):
-		return "ImageNotFound"
+		return fleetv1.ReasonImageNotFound
 	case errors.Is(err, ErrUnauthorized):
-		return "RegistryUnauthorized"
+		return fleetv1.ReasonRegistryUnauthorized
 	case errors.Is(err, ErrTLS):
-		return "RegistryTLSFailure"
+		return fleetv1.ReasonRegistryTLSFailure
 	case errors.Is(err, ErrUnreachable):
-		return "RegistryUnreachable"
+		return fleetv1.ReasonRegistryUnreachable
 	case errors.Is(err, ErrBadResponse):
-		return "RegistryBadResponse"
+		return fleetv1.ReasonRegistryBadResponse
 	default:
-		return "ResolveFailed"
+		return fleetv1.ReasonResolveFailed
 	}
 }
 
 // classify turns a go-containerregistry failure into an *Error. rctx is the
 // context of the attempt, bounded by timeout; insecure says plain HTTP was
 // allowed, so a failed TLS attempt before it is expected noise.
-func classify(ref, registry string, insecure bool, timeout time.Duration, rctx context.Context, err error) *Error {
+func classify(rctx context.Context, ref, registry string, insecure bool, timeout time.Duration, err error) *Error {
 	e := &Error{Ref: ref, Registry: registry, Err: err}
 	switch {
 	case errors.Is(err, errPlainHTTP):
@@ -157,7 +159,7 @@ func isFinal(err error) bool {
 		return false
 	}
 	k := kindOfStatus(te)
-	return k == ErrUnauthorized || k == ErrUnreachable
+	return errors.Is(k, ErrUnauthorized) || errors.Is(k, ErrUnreachable)
 }
 
 func isTLS(err error) bool {

@@ -156,27 +156,12 @@ func (r *Resolver) Resolve(ctx context.Context, ref string, auth authn.Keychain)
 	}
 	registry := nref.Context().RegistryStr()
 
-	keychain := auth
-	if keychain == nil {
-		keychain = r.keychain
-	}
 	rctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	opts := []remote.Option{
-		remote.WithContext(rctx),
-		remote.WithAuthFromKeychain(keychain),
-		remote.WithTransport(r.transport),
-		// go-containerregistry's retries sleep regardless of ctx (1s, then
-		// 3s); keep them short so Timeout stays close to the real bound.
-		// The pool is resolved again on its interval anyway.
-		remote.WithRetryBackoff(remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
-	}
-	// One puller for the HEAD and a GET of the index: one authentication.
-	puller, err := remote.NewPuller(opts...)
+	opts, err := r.remoteOptions(rctx, auth)
 	if err != nil {
 		return Target{}, &Error{Ref: ref, Registry: registry, Kind: ErrUnreachable, Err: err}
 	}
-	opts = append(opts, remote.Reuse(puller))
 
 	dgst, ix, err := r.inspect(nref, opts)
 	if err != nil {
@@ -186,10 +171,10 @@ func (r *Resolver) Resolve(ctx context.Context, ref string, auth authn.Keychain)
 		}
 		var e *Error
 		if !errors.As(err, &e) {
-			e = classify(ref, registry, r.insecure[registry], r.timeout, rctx, err)
+			e = classify(rctx, ref, registry, r.insecure[registry], r.timeout, err)
 		}
 		e.Ref, e.Registry = ref, registry
-		if at >= 0 && e.Kind != ErrBadResponse {
+		if at >= 0 && !errors.Is(e.Kind, ErrBadResponse) {
 			// The digest is the user's; only what it is stays unknown.
 			return Target{Image: pinned, Uninspected: e}, nil
 		}
@@ -208,6 +193,30 @@ func (r *Resolver) Resolve(ctx context.Context, ref string, auth authn.Keychain)
 		r.remember(nref.Context(), p.Digest, ix)
 	}
 	return Target{Image: p, Index: ix}, nil
+}
+
+// remoteOptions are the options of one lookup bounded by rctx, with the
+// credentials of auth (nil: Options.Keychain).
+func (r *Resolver) remoteOptions(rctx context.Context, auth authn.Keychain) ([]remote.Option, error) {
+	keychain := auth
+	if keychain == nil {
+		keychain = r.keychain
+	}
+	opts := []remote.Option{
+		remote.WithContext(rctx),
+		remote.WithAuthFromKeychain(keychain),
+		remote.WithTransport(r.transport),
+		// go-containerregistry's retries sleep regardless of ctx (1s, then
+		// 3s); keep them short so Timeout stays close to the real bound.
+		// The pool is resolved again on its interval anyway.
+		remote.WithRetryBackoff(remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
+	}
+	// One puller for the HEAD and a GET of the index: one authentication.
+	puller, err := remote.NewPuller(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, remote.Reuse(puller)), nil
 }
 
 // parse turns ref (or, for a digest reference, pinned) into a

@@ -167,7 +167,7 @@ func TestResolveDigestReferenceTheRegistryCannotAnswerIsUsedAsWritten(t *testing
 	}{
 		{"unreachable", closedHost + "/fleet/os@sha256:" + hex64, nil, ErrUnreachable},
 		{"not in the registry", tr.host + "/fleet/os@sha256:" + hex64, nil, ErrNotFound},
-		{"credentials refused", tr.host + "/private/os@sha256:" + hex64, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+		{"credentials refused", tr.host + "/private/os@sha256:" + hex64, func(w http.ResponseWriter, _ *http.Request, _ http.Handler) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 			w.WriteHeader(http.StatusUnauthorized)
 		}, ErrUnauthorized},
@@ -192,7 +192,7 @@ func TestResolveDigestReferenceTheRegistryCannotAnswerIsUsedAsWritten(t *testing
 			if _, err := r.Resolve(context.Background(), c.ref, nil); err != nil {
 				t.Fatal(err)
 			}
-			if c.kind != ErrUnreachable && tr.requests.Load() == 0 {
+			if !errors.Is(c.kind, ErrUnreachable) && tr.requests.Load() == 0 {
 				t.Fatal("an uninspected digest was cached")
 			}
 		})
@@ -379,7 +379,7 @@ func TestResolveTimeoutAndCancellation(t *testing.T) {
 	tr := newRegistry(t)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	tr.wrap = func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	tr.wrap = func(_ http.ResponseWriter, r *http.Request, _ http.Handler) {
 		select { // a registry that never answers
 		case <-r.Context().Done():
 		case <-release:
