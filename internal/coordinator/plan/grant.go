@@ -272,4 +272,5 @@ func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned, st *fleetv1.Boo
 	if s.Kind == lease.KindReboot {
 		a.Grant.Phase = lease.PhaseDraining
 	}
+	a.Phase = PhaseOf(*a)
 }
