@@ -86,3 +86,6 @@ func WithPhases(slots []Slot) []Slot {
 func (ph SlotPhase) afterDrain() bool {
 	return ph == PhaseRebooting || ph == PhaseVerifying || ph == PhaseFailed
 }
+
+// Grant: the phase is a valid grant's (neither free nor malformed).
+func (ph SlotPhase) Grant() bool { return ph != PhaseFree && ph != PhaseMalformed }

@@ -370,7 +370,7 @@ func (p *planner) membership() {
 		}
 		// A reboot already under way finishes on the image it was granted for.
 		for _, s := range holds[name] {
-			if s.State == SlotHeld && s.Kind == lease.KindReboot && s.Grant.Phase == lease.PhaseReboot {
+			if s.Phase.afterDrain() {
 				desired = s.Grant.Image.String()
 			}
 		}

@@ -188,7 +188,7 @@ func (p *planner) status() {
 
 func rebooting(ss []*Slot) bool {
 	for _, s := range ss {
-		if s.Kind == lease.KindReboot && s.State == SlotHeld && s.Grant.Phase == lease.PhaseReboot {
+		if s.Phase.afterDrain() {
 			return true
 		}
 	}
