@@ -13,9 +13,10 @@ type Transition struct {
 }
 
 // Transitions are every phase change the handlers of slots.go (and grant,
-// trackBack) make, and only those: the planner's property test checks each
-// change it observes is one, and a test checks the state diagram in
-// docs/coordinator.md has exactly these edges.
+// trackBack) make, and only those: the package's tests fail on a change
+// their world carries out that is not one (the property test among them),
+// and on an edge here that no test makes (main_test.go); a test checks the
+// state diagram in docs/coordinator.md has exactly these edges.
 var Transitions = transitions(
 	// grant.go: a free slot goes to the first eligible node.
 	edges(PhaseFree, OpGrant, PhaseStaging, WhyEligible),
