@@ -320,12 +320,17 @@ func writeExplanation(w io.Writer, ex *Explanation) {
 		kv("Blocking PDB", fmt.Sprintf("%s: %d disruptions allowed; selects %s", p.Name, p.DisruptionsAllowed, strings.Join(p.Pods, ", ")))
 	}
 	_ = tw.Flush()
+	writeEvents(w, ex)
+}
+
+// writeEvents is the Events table of explain.
+func writeEvents(w io.Writer, ex *Explanation) {
 	if len(ex.Events) == 0 {
 		fmt.Fprintln(w, "Events: <none>")
 		return
 	}
 	fmt.Fprintln(w, "Events:")
-	tw = tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "  TYPE\tREASON\tAGE\tOBJECT\tMESSAGE")
 	for _, e := range ex.Events {
 		a := age(ex.Time.Sub(e.Time.Time))

@@ -76,6 +76,7 @@ func (r *reader) view(p *fleetv1.BootcNodePool, leases []coordinationv1.Lease) *
 			v.slots = append(v.slots, s)
 		}
 	}
+	v.slots = plan.WithPhases(v.slots)
 	sort.Slice(v.slots, func(i, j int) bool {
 		if v.slots[i].Kind != v.slots[j].Kind {
 			return v.slots[i].Kind < v.slots[j].Kind
@@ -139,26 +140,22 @@ type SlotHolder struct {
 }
 
 func (v *poolView) holder(s plan.Slot) SlotHolder {
-	h := SlotHolder{Slot: s.Name, Kind: string(s.Kind), Node: s.Holder}
+	h := SlotHolder{Slot: s.Name, Kind: string(s.Kind), Node: s.Holder, Phase: string(s.Phase)}
 	var since time.Time
-	switch g := s.Grant; {
-	case s.State == plan.SlotMalformed:
-		h.Phase = "Malformed"
-	case s.Kind == lease.KindStage:
-		h.Phase, since = "Staging", g.Acquired
-	case g.Phase == lease.PhaseDraining:
-		h.Phase, since = "Draining", g.Acquired
-	case g.Failure != "":
-		h.Phase, since = "Failed", g.Renewed
-	case !s.BackSince.IsZero():
-		h.Phase, since = "Verifying", s.BackSince
-	case s.CameBack:
-		// Came back, fell over since: waiting to be back for minReadySeconds.
-		h.Phase, since = "Verifying", g.Renewed
-	default:
-		h.Phase, since = "Rebooting", g.Renewed
+	switch g := s.Grant; s.Phase {
+	case plan.PhaseStaging, plan.PhaseDraining:
+		since = g.Acquired
+	case plan.PhaseVerifying:
+		// Back since then; or came back and fell over since: waiting to be
+		// back for minReadySeconds, from the move to phase Reboot.
+		since = s.BackSince
+		if since.IsZero() {
+			since = g.Renewed
+		}
+	case plan.PhaseRebooting, plan.PhaseFailed:
+		since = g.Renewed
 	}
-	if s.State == plan.SlotHeld {
+	if s.Phase.Grant() {
 		h.Image = s.Grant.Image.String()
 	}
 	if !since.IsZero() {

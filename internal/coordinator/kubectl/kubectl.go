@@ -59,11 +59,10 @@ func NewCommand(o Options) *cobra.Command {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	flags := genericclioptions.NewConfigFlags(true)
+	c := &cli{o: o, flags: genericclioptions.NewConfigFlags(true)}
 	// Every object is cluster-scoped but the slot Leases, whose namespace
 	// is fixed: -n would mean nothing.
-	flags.Namespace = nil
-	var output string
+	c.flags.Namespace = nil
 	root := &cobra.Command{
 		Use:           "kubectl-bootc_fleet",
 		Short:         "See and steer bootc-fleet rollouts: why a node waits, pause a pool, hold a node",
@@ -75,30 +74,44 @@ func NewCommand(o Options) *cobra.Command {
 	root.SetVersionTemplate("kubectl-bootc_fleet {{.Version}}\n")
 	root.SetOut(o.Out)
 	root.SetErr(o.ErrOut)
-	flags.AddFlags(root.PersistentFlags())
+	c.flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(c.statusCommand(), c.explainCommand(), c.pauseCommand(true), c.pauseCommand(false), c.holdCommand(), c.releaseCommand())
+	return root
+}
 
-	fleet := func(ctx context.Context) (*reader, error) {
-		c := o.Client
-		if c == nil {
-			cfg, err := flags.ToRESTConfig()
-			if err != nil {
-				return nil, fmt.Errorf("reading the kubeconfig: %w", err)
-			}
-			cfg.UserAgent = "kubectl-bootc_fleet/" + o.Version
-			if c, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
-				return nil, fmt.Errorf("connecting to the API server: %w", err)
-			}
-		}
-		return &reader{c: c, now: o.Now().UTC()}, nil
-	}
-	checkOutput := func() error {
-		switch output {
-		case FormatTable, FormatJSON, FormatYAML:
-			return nil
-		}
-		return fmt.Errorf("-o %q: want json or yaml (or nothing, for a table)", output)
-	}
+// cli is what the subcommands share: their surroundings and the kubeconfig
+// flags of the root command.
+type cli struct {
+	o     Options
+	flags *genericclioptions.ConfigFlags
+}
 
+// fleet is a reader of the cluster the flags name (or Options.Client), now.
+func (c *cli) fleet(_ context.Context) (*reader, error) {
+	cl := c.o.Client
+	if cl == nil {
+		cfg, err := c.flags.ToRESTConfig()
+		if err != nil {
+			return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+		}
+		cfg.UserAgent = "kubectl-bootc_fleet/" + c.o.Version
+		if cl, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
+			return nil, fmt.Errorf("connecting to the API server: %w", err)
+		}
+	}
+	return &reader{c: cl, now: c.o.Now().UTC()}, nil
+}
+
+func checkOutput(output string) error {
+	switch output {
+	case FormatTable, FormatJSON, FormatYAML:
+		return nil
+	}
+	return fmt.Errorf("-o %q: want json or yaml (or nothing, for a table)", output)
+}
+
+func (c *cli) statusCommand() *cobra.Command {
+	var output string
 	status := &cobra.Command{
 		Use:   "status [POOL]",
 		Short: "Pools with their progress, budget used and what blocks them; with POOL, its nodes and why each waits",
@@ -111,10 +124,10 @@ func NewCommand(o Options) *cobra.Command {
 					return err
 				}
 			}
-			if err := checkOutput(); err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
-			r, err := fleet(cmd.Context())
+			r, err := c.fleet(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -122,11 +135,15 @@ func NewCommand(o Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printReport(o.Out, output, rep, func(w io.Writer) { writeStatus(w, rep) })
+			return printReport(c.o.Out, output, rep, func(w io.Writer) { writeStatus(w, rep) })
 		},
 	}
 	status.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: a table)")
+	return status
+}
 
+func (c *cli) explainCommand() *cobra.Command {
+	var output string
 	explain := &cobra.Command{
 		Use:   "explain NODE",
 		Short: "A node's whole story: target, booted, staged, its slot, its place in the queue, what blocks it, the last Events",
@@ -135,10 +152,10 @@ func NewCommand(o Options) *cobra.Command {
 			if err := validName("node", args[0]); err != nil {
 				return err
 			}
-			if err := checkOutput(); err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
-			r, err := fleet(cmd.Context())
+			r, err := c.fleet(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -146,36 +163,39 @@ func NewCommand(o Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printReport(o.Out, output, ex, func(w io.Writer) { writeExplanation(w, ex) })
+			return printReport(c.o.Out, output, ex, func(w io.Writer) { writeExplanation(w, ex) })
 		},
 	}
 	explain.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: text)")
+	return explain
+}
 
-	pauseCmd := func(pause bool) *cobra.Command {
-		use, short := "resume POOL", "Let the pool's rollout grant slots again (spec.rollout.paused: false)"
-		if pause {
-			use, short = "pause POOL", "Stop new grants in the pool (spec.rollout.paused: true); work already granted finishes"
-		}
-		return &cobra.Command{
-			Use: use, Short: short, Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := validName("pool", args[0]); err != nil {
-					return err
-				}
-				r, err := fleet(cmd.Context())
-				if err != nil {
-					return err
-				}
-				msg, err := r.setPaused(cmd.Context(), args[0], pause)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(o.Out, msg)
-				return nil
-			},
-		}
+func (c *cli) pauseCommand(pause bool) *cobra.Command {
+	use, short := "resume POOL", "Let the pool's rollout grant slots again (spec.rollout.paused: false)"
+	if pause {
+		use, short = "pause POOL", "Stop new grants in the pool (spec.rollout.paused: true); work already granted finishes"
 	}
+	return &cobra.Command{
+		Use: use, Short: short, Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := validName("pool", args[0]); err != nil {
+				return err
+			}
+			r, err := c.fleet(cmd.Context())
+			if err != nil {
+				return err
+			}
+			msg, err := r.setPaused(cmd.Context(), args[0], pause)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(c.o.Out, msg)
+			return nil
+		},
+	}
+}
 
+func (c *cli) holdCommand() *cobra.Command {
 	var reason string
 	hold := &cobra.Command{
 		Use:   "hold NODE",
@@ -188,7 +208,7 @@ func NewCommand(o Options) *cobra.Command {
 			if err := validReason(reason); err != nil {
 				return err
 			}
-			r, err := fleet(cmd.Context())
+			r, err := c.fleet(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -197,12 +217,16 @@ func NewCommand(o Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(o.Out, msg)
+			fmt.Fprintln(c.o.Out, msg)
 			return nil
 		},
 	}
 	hold.Flags().StringVar(&reason, "reason", "", fmt.Sprintf("why the node is held, shown with it (printable, at most %d bytes)", MaxHoldReason))
-	release := &cobra.Command{
+	return hold
+}
+
+func (c *cli) releaseCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "release NODE",
 		Short: "Remove a node's hold: it takes part in rollouts again",
 		Args:  cobra.ExactArgs(1),
@@ -210,7 +234,7 @@ func NewCommand(o Options) *cobra.Command {
 			if err := validName("node", args[0]); err != nil {
 				return err
 			}
-			r, err := fleet(cmd.Context())
+			r, err := c.fleet(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -218,12 +242,10 @@ func NewCommand(o Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(o.Out, msg)
+			fmt.Fprintln(c.o.Out, msg)
 			return nil
 		},
 	}
-	root.AddCommand(status, explain, pauseCmd(true), pauseCmd(false), hold, release)
-	return root
 }
 
 // Run runs the command line args (without the program name) and returns

@@ -20,29 +20,8 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 	st := p.fresh(n)
 	tgt, hasTarget := p.targetOf(name)
 	for _, s := range holds[name] {
-		if s.State != SlotHeld {
-			continue
-		}
-		g := s.Grant
-		switch {
-		case s.Kind == lease.KindStage:
-			return fleetv1.RolloutStaging, fmt.Sprintf("downloading and staging %s under stage slot %s", shortImage(g.Image.String()), s.Name)
-		case g.Failure != "":
-			return fleetv1.RolloutFailed, fmt.Sprintf("did not come back Ready on %s in a new boot within rebootTimeout (%s); reboot slot %s stays held until it does, or the Node is deleted",
-				shortImage(g.Image.String()), p.b.RebootTimeout, s.Name)
-		case g.Phase == lease.PhaseDraining:
-			// A retry keeps the last failure's words, so a drain that keeps
-			// failing reads the same on every attempt (and is not rewritten).
-			if d, ok := p.in.Drains[name]; ok && d.Grant == g.ID && d.Message != "" && d.State != DrainDone {
-				return fleetv1.RolloutDraining, text.Truncate("drain blocked, retrying: "+d.Message, fleetv1.MaxRolloutReason)
-			}
-			return fleetv1.RolloutDraining, fmt.Sprintf("cordoned and draining for reboot slot %s", s.Name)
-		case !s.BackSince.IsZero():
-			return fleetv1.RolloutVerifying, fmt.Sprintf("back on %s; the slot is released once it has stayed Ready for %s (minReadySeconds)", shortImage(g.Image.String()), p.minReady())
-		case s.CameBack:
-			return fleetv1.RolloutVerifying, fmt.Sprintf("came back on %s but is not back now; reboot slot %s is released once it has stayed back, Ready, for %s (minReadySeconds)", shortImage(g.Image.String()), s.Name, p.minReady())
-		default:
-			return fleetv1.RolloutRebooting, fmt.Sprintf("rebooting into %s under reboot slot %s", shortImage(g.Image.String()), s.Name)
+		if s.Phase.Grant() {
+			return p.explainSlot(name, s)
 		}
 	}
 	switch {
@@ -76,6 +55,34 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 		return fleetv1.RolloutBlocked, "its agent has reported Staging without a stage grant for longer than stageTimeout plus a lease duration; no longer counted against maxStaging, and no stage slot while it reports so (amendment 20)"
 	default:
 		return p.waitingForStage(st)
+	}
+}
+
+// explainSlot is the rollout state and reason of a node holding slot s:
+// the slot's phase is the node's state.
+func (p *planner) explainSlot(name string, s *Slot) (state, reason string) {
+	g := s.Grant
+	img := shortImage(g.Image.String())
+	switch s.Phase {
+	case PhaseStaging:
+		return string(PhaseStaging), fmt.Sprintf("downloading and staging %s under stage slot %s", img, s.Name)
+	case PhaseFailed:
+		return string(PhaseFailed), fmt.Sprintf("did not come back Ready on %s in a new boot within rebootTimeout (%s); reboot slot %s stays held until it does, or the Node is deleted",
+			img, p.b.RebootTimeout, s.Name)
+	case PhaseDraining:
+		// A retry keeps the last failure's words, so a drain that keeps
+		// failing reads the same on every attempt (and is not rewritten).
+		if d, ok := p.in.Drains[name]; ok && d.Grant == g.ID && d.Message != "" && d.State != DrainDone {
+			return string(PhaseDraining), text.Truncate("drain blocked, retrying: "+d.Message, fleetv1.MaxRolloutReason)
+		}
+		return string(PhaseDraining), fmt.Sprintf("cordoned and draining for reboot slot %s", s.Name)
+	case PhaseVerifying:
+		if !s.BackSince.IsZero() {
+			return string(PhaseVerifying), fmt.Sprintf("back on %s; the slot is released once it has stayed Ready for %s (minReadySeconds)", img, p.minReady())
+		}
+		return string(PhaseVerifying), fmt.Sprintf("came back on %s but is not back now; reboot slot %s is released once it has stayed back, Ready, for %s (minReadySeconds)", img, s.Name, p.minReady())
+	default:
+		return string(PhaseRebooting), fmt.Sprintf("rebooting into %s under reboot slot %s", img, s.Name)
 	}
 }
 

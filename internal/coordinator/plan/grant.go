@@ -95,48 +95,7 @@ func (p *planner) grant(slots []Slot) {
 	holds := p.holdsAfter()
 	stillStaging := p.staging.counted
 	heldReboot, heldStage := p.countAfter(lease.KindReboot), p.countAfter(lease.KindStage)+len(stillStaging)
-	other := p.otherwiseUnavailable(holds)
-
-	// Reboot grants: nodes already unavailable for other reasons first, since
-	// moving one of them into a slot costs no extra budget.
-	var rebootable []string
-	for _, name := range p.members {
-		n := p.nodes[name]
-		st := p.fresh(n)
-		tgt, ok := p.targetOf(name)
-		if !ok || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
-			continue
-		}
-		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) {
-			continue
-		}
-		if p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly {
-			rebootable = append(rebootable, name)
-		}
-	}
-	rebootable = RebootOrder(rebootable, func(name string) bool { return other[name] })
-	granted := map[string]bool{}
-	if !p.halted() && p.rebootGrantsAllowed(heldReboot) {
-		for _, name := range rebootable {
-			if len(free[lease.KindReboot]) == 0 {
-				break
-			}
-			// A node already counted as unavailable moves into a slot without
-			// raising the total, as long as the total is within budget.
-			if used := heldReboot + len(other); used > p.b.MaxUnavailable || (!other[name] && used == p.b.MaxUnavailable) {
-				continue
-			}
-			s := free[lease.KindReboot][0]
-			free[lease.KindReboot] = free[lease.KindReboot][1:]
-			n := p.nodes[name]
-			tgt, _ := p.targetOf(name)
-			p.grantSlot(s, n, tgt, p.fresh(n))
-			heldReboot++
-			delete(other, name)
-			granted[name] = true
-			p.nodeEvent(name, "Normal", fleetv1.EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
-		}
-	}
+	granted := p.grantReboots(free, holds, heldReboot)
 
 	for _, name := range p.stageQueue() {
 		if len(free[lease.KindStage]) == 0 || heldStage >= p.b.MaxStaging || !p.stageGrantsAllowed() {
@@ -156,6 +115,54 @@ func (p *planner) grant(slots []Slot) {
 		p.grantSlot(s, n, tgt, st)
 		heldStage++
 	}
+}
+
+// grantReboots hands free reboot slots to nodes staged for their target,
+// within maxUnavailable and the pacing rules, and returns whom it granted.
+// Nodes already unavailable for other reasons go first, since moving one
+// of them into a slot costs no extra budget.
+func (p *planner) grantReboots(free map[lease.Kind][]Slot, holds map[string][]*Slot, heldReboot int) map[string]bool {
+	other := p.otherwiseUnavailable(holds)
+	var rebootable []string
+	for _, name := range p.members {
+		n := p.nodes[name]
+		st := p.fresh(n)
+		tgt, ok := p.targetOf(name)
+		if !ok || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+			continue
+		}
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) {
+			continue
+		}
+		if p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly {
+			rebootable = append(rebootable, name)
+		}
+	}
+	rebootable = RebootOrder(rebootable, func(name string) bool { return other[name] })
+	granted := map[string]bool{}
+	if p.halted() || !p.rebootGrantsAllowed(heldReboot) {
+		return granted
+	}
+	for _, name := range rebootable {
+		if len(free[lease.KindReboot]) == 0 {
+			break
+		}
+		// A node already counted as unavailable moves into a slot without
+		// raising the total, as long as the total is within budget.
+		if used := heldReboot + len(other); used > p.b.MaxUnavailable || (!other[name] && used == p.b.MaxUnavailable) {
+			continue
+		}
+		s := free[lease.KindReboot][0]
+		free[lease.KindReboot] = free[lease.KindReboot][1:]
+		n := p.nodes[name]
+		tgt, _ := p.targetOf(name)
+		p.grantSlot(s, n, tgt, p.fresh(n))
+		heldReboot++
+		delete(other, name)
+		granted[name] = true
+		p.nodeEvent(name, "Normal", fleetv1.EventRebootGranted, "granted reboot slot %s to node %s for %s: cordon and drain, then reboot", s.Name, name, tgt)
+	}
+	return granted
 }
 
 // ungrantedStaging are the nodes that hold no stage slot but report, in
@@ -272,4 +279,5 @@ func (p *planner) grantSlot(s Slot, n Node, img imageref.Pinned, st *fleetv1.Boo
 	if s.Kind == lease.KindReboot {
 		a.Grant.Phase = lease.PhaseDraining
 	}
+	a.Phase = PhaseOf(*a)
 }

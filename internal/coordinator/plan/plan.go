@@ -157,7 +157,7 @@ func Plan(in Input) Output {
 	p.nodeTargets()
 	p.win = evalWindows(in.Pool.Spec.Rollout.Windows, in.Now)
 
-	slots := append([]Slot(nil), in.Slots...)
+	slots := WithPhases(in.Slots)
 	sort.Slice(slots, func(i, j int) bool {
 		if slots[i].Kind != slots[j].Kind {
 			return slots[i].Kind < slots[j].Kind
@@ -311,6 +311,7 @@ func (p *planner) change(s Slot, c SlotChange) {
 		a.BackSince = c.BackSince
 		a.CameBack = a.CameBack || !c.BackSince.IsZero()
 	}
+	a.Phase = PhaseOf(*a)
 }
 
 func (p *planner) event(typ, reason, format string, args ...any) {
@@ -369,7 +370,7 @@ func (p *planner) membership() {
 		}
 		// A reboot already under way finishes on the image it was granted for.
 		for _, s := range holds[name] {
-			if s.State == SlotHeld && s.Kind == lease.KindReboot && s.Grant.Phase == lease.PhaseReboot {
+			if s.Phase.afterDrain() {
 				desired = s.Grant.Image.String()
 			}
 		}

@@ -334,7 +334,10 @@ func checkedStep(rt *rapid.T, w *world) {
 		}
 	}
 
+	leasesBefore := leaseCopies(w)
 	w.apply(out)
+	// Every phase change is an edge of the slot lifecycle (transitions.go).
+	checkTransitions(rt.Fatalf, leasesBefore, out, in.Now, w)
 
 	members := 0
 	for _, n := range w.nodes {

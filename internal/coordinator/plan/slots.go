@@ -9,22 +9,64 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
-// Held slots: what happens to each grant in this pass (release, revoke,
-// cordon, drain, advance, mark failed), kind by kind.
+// Held slots: what happens to each slot in this pass, one handler per
+// phase (phase.go). transitions.go lists every phase change they make.
 
-// held decides what happens to one slot as it is now.
+// heldSlot is a held slot with what its handlers ask of its holder, found
+// once.
+type heldSlot struct {
+	Slot
+	// n is the holder's Node, in the pool; st its agent's fresh status (nil
+	// when not read in the Node's current boot).
+	n  Node
+	st *fleetv1.BootcNodeStatus
+	// uncordon: the cordon is ours (a reboot grant), so a release or revoke
+	// lifts it.
+	uncordon bool
+}
+
+// held decides what happens to one slot as it is now: the handler of its
+// phase, once the cases every grant shares (holder deleted, left the pool)
+// are settled.
 func (p *planner) held(s Slot) {
-	switch s.State {
-	case SlotFree:
+	switch s.Phase {
+	case PhaseFree:
 		return
-	case SlotMalformed:
-		p.event("Warning", fleetv1.EventSlotMalformed, "slot Lease %s/%s was not a valid grant (%s); reset it to free", lease.Namespace, s.Name, s.Problem)
-		p.change(s, SlotChange{Op: OpReset, Why: WhyMalformed})
-		if s.Kind == lease.KindReboot && s.Holder != "" {
-			p.out.StopDrains = append(p.out.StopDrains, s.Holder)
-		}
+	case PhaseMalformed:
+		p.onMalformed(s)
 		return
 	}
+	h, ok := p.holderOf(s)
+	if !ok {
+		return
+	}
+	switch s.Phase {
+	case PhaseStaging:
+		p.onStaging(h)
+	case PhaseDraining:
+		p.onDraining(h)
+	case PhaseRebooting:
+		p.onRebooting(h)
+	case PhaseVerifying:
+		p.onVerifying(h)
+	case PhaseFailed:
+		p.onFailed(h)
+	}
+}
+
+// onMalformed rewrites a malformed slot as free (Malformed -> Free).
+func (p *planner) onMalformed(s Slot) {
+	p.event("Warning", fleetv1.EventSlotMalformed, "slot Lease %s/%s was not a valid grant (%s); reset it to free", lease.Namespace, s.Name, s.Problem)
+	p.change(s, SlotChange{Op: OpReset, Why: WhyMalformed})
+	if s.Kind == lease.KindReboot && s.Holder != "" {
+		p.out.StopDrains = append(p.out.StopDrains, s.Holder)
+	}
+}
+
+// holderOf records a held slot's failure and settles the cases of every
+// phase: the holder's Node deleted, or out of the pool. ok is false when
+// that settled the slot.
+func (p *planner) holderOf(s Slot) (h heldSlot, ok bool) {
 	g := s.Grant
 	n, exists := p.nodes[g.Holder]
 	reboot := s.Kind == lease.KindReboot
@@ -35,115 +77,178 @@ func (p *planner) held(s Slot) {
 	// this very grant, and once the call's answer is recorded no mark
 	// counts, so a copied mark never outweighs a record (amendments 21, 23).
 	uncordon := reboot && exists && cordonIsOurs(s, n)
-	stop := func() {
-		if reboot {
-			p.out.StopDrains = append(p.out.StopDrains, g.Holder)
-		}
-	}
 	if g.Failure != "" {
 		p.failedSlot[g.Holder] = g.Failure
 	}
 	switch {
-	case !exists && reboot && g.Phase == lease.PhaseReboot && p.in.Now.Before(rebootSince(s).Add(p.b.RebootTimeout)):
+	case !exists && s.Phase.afterDrain() && p.in.Now.Before(rebootSince(s).Add(p.b.RebootTimeout)):
 		// The Node object is gone, but the machine may be down in its
 		// reboot and come back under the same name: the slot stays held
 		// until it is back (then it is verified as usual) or rebootTimeout
 		// passed, so deleting a Node cannot let two nodes be down at once.
 		p.requeueAt(rebootSince(s).Add(p.b.RebootTimeout))
 		p.goneHolders = append(p.goneHolders, g.Holder)
-		return
+		return heldSlot{}, false
 	case !exists:
-		stop()
+		p.stopDrain(s)
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyNodeDeleted})
-		p.nodeEvent(g.Holder, "Normal", fleetv1.EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(reboot && g.Phase == lease.PhaseReboot, p.b.RebootTimeout))
+		p.nodeEvent(g.Holder, "Normal", fleetv1.EventGrantReleased, "released %s slot %s: node %s was deleted%s", s.Kind, s.Name, g.Holder, goneFor(s.Phase.afterDrain(), p.b.RebootTimeout))
 		delete(p.failedSlot, g.Holder)
-		return
+		return heldSlot{}, false
 	case !n.InPool:
-		stop()
+		p.stopDrain(s)
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyLeftPool, Uncordon: uncordon})
 		p.nodeEvent(g.Holder, "Normal", fleetv1.EventGrantRevoked, "revoked %s slot %s: node %s left the pool%s", s.Kind, s.Name, g.Holder, restored(uncordon))
 		delete(p.failedSlot, g.Holder)
+		return heldSlot{}, false
+	}
+	return heldSlot{Slot: s, n: n, st: p.fresh(n), uncordon: uncordon}, true
+}
+
+// stopDrain stops the drain of a reboot slot's holder.
+func (p *planner) stopDrain(s Slot) {
+	if s.Kind == lease.KindReboot {
+		p.out.StopDrains = append(p.out.StopDrains, s.Grant.Holder)
+	}
+}
+
+// onRebooting: a reboot grant in phase Reboot, its holder not found back yet.
+// Released once verified back; otherwise marked failed at rebootTimeout.
+// renewTime is when the coordinator advanced the grant to Reboot; no agent
+// writes a Lease, so nothing a node does extends it. The timer runs from
+// when this coordinator first saw that, on its own clock (rebootSince).
+func (p *planner) onRebooting(h heldSlot) {
+	if p.endReboot(h) {
 		return
 	}
-	st := p.fresh(n)
-	if !reboot {
-		p.stageSlot(s, n, st)
+	p.rebootTimer(h)
+}
+
+// onVerifying: the holder was found back under this grant. Released once back
+// for minReadySeconds. It came back, so the reboot is done: a blip since
+// restarts only the minReadySeconds clock (trackBack), and rebootTimeout no
+// longer judges it (amendment 21); only a back-since record without the
+// came-back one (a grant from before that annotation) keeps the timer.
+func (p *planner) onVerifying(h heldSlot) {
+	if p.endReboot(h) || h.CameBack {
 		return
 	}
-	if g.Phase == lease.PhaseReboot {
-		back, soft := p.verifiedBack(n, st, g)
-		p.trackBack(s, n, back)
-		switch {
-		case back && !p.readyLongEnough(s, n):
-			// Back, but not for minReadySeconds yet (pacing.go).
-		case back:
-			how := "in a new boot"
-			if soft {
-				how = fmt.Sprintf("after a soft reboot (boot ID unchanged, soft-reboot count %d, granted at %d)", softCount(st), g.SoftRebootCount)
-			}
-			p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: uncordon})
-			p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(uncordon))
-			if !uncordon && n.Unschedulable && n.CordonedFor == lease.CordonMark(g.ID) {
-				p.nodeEvent(n.Name, "Warning", fleetv1.EventCordonLeft, "node %s stays cordoned: it carries the mark %s=%s of slot %s, but the grant does not record that the coordinator's own cordon call made the cordon (the coordinator stopped between the two, or someone else wrote the mark); uncordon it if nobody else cordoned it",
-					n.Name, lease.NodeAnnotationCordonedFor, n.CordonedFor, s.Name)
-			}
-			delete(p.failedSlot, g.Holder)
-		case unusedInEarlierBoot(n, st, g):
-			// The node went down some other way (power loss, a person)
-			// before its agent used the grant, and is back: no reboot into
-			// the image will come under it, and the locked stage is gone.
-			// Up and Ready, it holds no budget; it is staged again.
-			p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
-			p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
-				s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(uncordon))
-			delete(p.failedSlot, g.Holder)
-		case p.unverifiedAndUnused(n, st, g):
-			// requireSignedImages was turned on after the stage, and the
-			// agent proves it will not use this grant (amendment 21): it
-			// waits for a stage grant the coordinator gives no slot holder.
-			// Revoke it, so the node is staged again, verified, and granted
-			// again, instead of timing out as a reboot that never came back.
-			p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
-			p.nodeEvent(n.Name, "Warning", fleetv1.EventStagedNotVerified, "revoked reboot slot %s of node %s in phase Reboot: its staged %s was not verified by the container signature policy (signature %q) and the pool now requires signed images; its agent reports, acting on that spec, that it waits with the stage locked and never rebooted under the grant, so it will be staged again with enforcement and granted again%s",
-				s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
-			delete(p.failedSlot, g.Holder)
-		case s.CameBack:
-			// It came back under this grant, so the reboot is done: a blip
-			// since restarts only the minReadySeconds clock (trackBack), and
-			// rebootTimeout no longer judges it (amendment 21).
-		// renewTime is when the coordinator advanced the grant to Reboot;
-		// no agent writes a Lease, so nothing a node does extends it. The
-		// timer runs from when this coordinator first saw that, on its own
-		// clock (rebootSince).
-		case g.Failure == "" && !p.in.Now.Before(rebootSince(s).Add(p.b.RebootTimeout)):
-			p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
-			p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
-			p.nodeEvent(n.Name, "Warning", fleetv1.EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
-				n.Name, g.Image, p.b.RebootTimeout, p.whyNotBack(n, st, g), s.Name)
-		case g.Failure == "":
-			p.requeueAt(rebootSince(s).Add(p.b.RebootTimeout))
-		}
+	p.rebootTimer(h)
+}
+
+// onFailed: the holder did not come back within rebootTimeout. The slot stays
+// held (the node really is unavailable) until it is back, verified, or the
+// grant is revoked; no timer runs any more.
+func (p *planner) onFailed(h heldSlot) {
+	p.endReboot(h)
+}
+
+// rebootTimer marks the grant failed once rebootTimeout passed since phase
+// Reboot (Rebooting -> Failed), or asks to be woken then.
+func (p *planner) rebootTimer(h heldSlot) {
+	n, g := h.n, h.Grant
+	deadline := rebootSince(h.Slot).Add(p.b.RebootTimeout)
+	if p.in.Now.Before(deadline) {
+		p.requeueAt(deadline)
 		return
 	}
-	// Phase Draining.
-	d, hasDrain := p.in.Drains[n.Name]
-	hasDrain = hasDrain && d.Grant == g.ID
+	p.change(h.Slot, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
+	p.failedSlot[g.Holder] = fleetv1.ReasonRebootTimeout
+	p.nodeEvent(n.Name, "Warning", fleetv1.EventRebootTimeout, "node %s did not come back Ready on %s in a new boot within %s (%s); slot %s stays held: repair the node (the slot is released once it is back on the image), delete the Node if it is gone, or uncordon it and delete the Lease",
+		n.Name, g.Image, p.b.RebootTimeout, p.whyNotBack(n, h.st, g), h.Name)
+}
+
+// endReboot settles a reboot grant in phase Reboot that ends in this pass,
+// in any of its phases: keeps the back-since record, releases the slot of a
+// holder verified back for minReadySeconds, and revokes a grant its agent
+// provably did not and will not use. done is false when the grant goes on.
+func (p *planner) endReboot(h heldSlot) (done bool) {
+	s, n, st, g := h.Slot, h.n, h.st, h.Grant
+	back, soft := p.verifiedBack(n, st, g)
+	p.trackBack(s, n, back)
+	switch {
+	case back && !p.readyLongEnough(s, n):
+		// Back, but not for minReadySeconds yet (pacing.go).
+	case back:
+		p.releaseVerified(h, soft)
+	case unusedInEarlierBoot(n, st, g):
+		// The node went down some other way (power loss, a person)
+		// before its agent used the grant, and is back: no reboot into
+		// the image will come under it, and the locked stage is gone.
+		// Up and Ready, it holds no budget; it is staged again.
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: h.uncordon})
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s: node %s came back in another boot (%s) without its agent having used the grant (%s); it will be staged and granted again%s",
+			s.Name, n.Name, bootChange(n, st, g), fleetv1.ReasonRebootGrantUnused, restored(h.uncordon))
+		delete(p.failedSlot, g.Holder)
+	case p.unverifiedAndUnused(n, st, g):
+		// requireSignedImages was turned on after the stage, and the
+		// agent proves it will not use this grant (amendment 21): it
+		// waits for a stage grant the coordinator gives no slot holder.
+		// Revoke it, so the node is staged again, verified, and granted
+		// again, instead of timing out as a reboot that never came back.
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: h.uncordon})
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventStagedNotVerified, "revoked reboot slot %s of node %s in phase Reboot: its staged %s was not verified by the container signature policy (signature %q) and the pool now requires signed images; its agent reports, acting on that spec, that it waits with the stage locked and never rebooted under the grant, so it will be staged again with enforcement and granted again%s",
+			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(h.uncordon))
+		delete(p.failedSlot, g.Holder)
+	default:
+		return false
+	}
+	return true
+}
+
+// releaseVerified releases the reboot slot of a holder verified back on its
+// image, for minReadySeconds (-> Free, Verified).
+func (p *planner) releaseVerified(h heldSlot, soft bool) {
+	s, n, g := h.Slot, h.n, h.Grant
+	how := "in a new boot"
+	if soft {
+		how = fmt.Sprintf("after a soft reboot (boot ID unchanged, soft-reboot count %d, granted at %d)", softCount(h.st), g.SoftRebootCount)
+	}
+	p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: h.uncordon})
+	p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(h.uncordon))
+	if !h.uncordon && n.Unschedulable && n.CordonedFor == lease.CordonMark(g.ID) {
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventCordonLeft, "node %s stays cordoned: it carries the mark %s=%s of slot %s, but the grant does not record that the coordinator's own cordon call made the cordon (the coordinator stopped between the two, or someone else wrote the mark); uncordon it if nobody else cordoned it",
+			n.Name, lease.NodeAnnotationCordonedFor, n.CordonedFor, s.Name)
+	}
+	delete(p.failedSlot, g.Holder)
+}
+
+// onDraining: a reboot grant before its reboot. Revoked when it is no longer
+// wanted (its image is no longer the target, the node rebooted outside it,
+// its stage is not verified as now required); otherwise the node is
+// cordoned, drained, and the grant advanced to phase Reboot.
+func (p *planner) onDraining(h heldSlot) {
+	s, n, st, g := h.Slot, h.n, h.st, h.Grant
+	revoke := func(why string) {
+		p.stopDrain(s)
+		p.change(s, SlotChange{Op: OpRevoke, Why: why, Uncordon: h.uncordon})
+	}
 	switch {
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
-		stop()
-		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged, Uncordon: uncordon})
-		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(uncordon))
+		revoke(WhyImageChanged)
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(h.uncordon))
 	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
-		stop()
-		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged, Uncordon: uncordon})
-		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(uncordon))
+		revoke(WhyBootChanged)
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s: node %s rebooted outside the grant (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(h.uncordon))
 	case st != nil && onDigest(st.Staged, g.Image.Digest) && !p.stagedForReboot(st, g.Image):
 		// requireSignedImages was turned on after the stage: the node is
 		// staged again, verified, before it may reboot.
-		stop()
-		p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: uncordon})
+		revoke(WhyUnverified)
 		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
-			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(uncordon))
+			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(h.uncordon))
+	default:
+		p.drain(h)
+	}
+}
+
+// drain cordons the holder of a Draining grant, starts or retries its
+// drain, and advances the grant once the drain of this very grant is done
+// (Draining -> Rebooting, Drained).
+func (p *planner) drain(h heldSlot) {
+	s, n, g := h.Slot, h.n, h.Grant
+	d, hasDrain := p.in.Drains[n.Name]
+	hasDrain = hasDrain && d.Grant == g.ID
+	switch {
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon, DrainTimeout: p.b.DrainTimeout})
 	case hasDrain && d.State == DrainDone:
@@ -164,9 +269,12 @@ func (p *planner) held(s Slot) {
 	}
 }
 
-// stageSlot decides about a held stage slot of a node in the pool.
-func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
-	g := s.Grant
+// onStaging: a stage grant. Released once its holder staged (or booted) the
+// image; revoked when it is no longer wanted, its agent let go of it, or it
+// outlived stageTimeout; released when its holder went quiet for a lease
+// duration.
+func (p *planner) onStaging(h heldSlot) {
+	s, n, st, g := h.Slot, h.n, h.st, h.Grant
 	claim, claimed := claimOf(st, g.ID)
 	switch {
 	case st != nil && (p.stagedForReboot(st, g.Image) || onDigest(st.Booted, g.Image.Digest)):
@@ -192,20 +300,27 @@ func (p *planner) stageSlot(s Slot, n Node, st *fleetv1.BootcNodeStatus) {
 			s.Name, n.Name, fleetv1.ReasonStageTimedOut, p.b.StageTimeout, p.in.LeaseDuration)
 	default:
 		p.requeueAt(p.stageDeadline(g))
-		// Alive from the grant (the coordinator's own write) or from the
-		// last heartbeat that listed it, as the coordinator saw it.
-		alive := g.Acquired
-		if hb := p.in.Heartbeats[n.Name].Seen; claimed && hb.After(alive) {
-			alive = hb
-		}
-		if !p.in.Now.Before(alive.Add(g.Duration)) {
-			p.change(s, SlotChange{Op: OpRelease, Why: WhyExpired})
-			p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
-				s.Name, n.Name, g.Duration, alive.UTC().Format(time.RFC3339))
-			return
-		}
-		p.requeueAt(alive.Add(g.Duration))
+		p.stageAlive(h, claimed)
 	}
+}
+
+// stageAlive releases a stage grant whose holder the coordinator saw no
+// report of listing it for a lease duration (Staging -> Free, Expired), or
+// asks to be woken then. Alive from the grant (the coordinator's own write)
+// or from the last heartbeat that listed it, as the coordinator saw it.
+func (p *planner) stageAlive(h heldSlot, claimed bool) {
+	n, g := h.n, h.Grant
+	alive := g.Acquired
+	if hb := p.in.Heartbeats[n.Name].Seen; claimed && hb.After(alive) {
+		alive = hb
+	}
+	if !p.in.Now.Before(alive.Add(g.Duration)) {
+		p.change(h.Slot, SlotChange{Op: OpRelease, Why: WhyExpired})
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantReleased, "stage slot %s of node %s expired: no report of its agent listing the grant seen for %s (since %s); released it",
+			h.Name, n.Name, g.Duration, alive.UTC().Format(time.RFC3339))
+		return
+	}
+	p.requeueAt(alive.Add(g.Duration))
 }
 
 // stageDeadline is when a stage grant is revoked however alive its holder

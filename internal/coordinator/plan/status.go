@@ -18,6 +18,34 @@ import (
 // bucket) and the four conditions, with Events on condition transitions.
 func (p *planner) status() {
 	prev := p.in.Pool.Status
+	st := p.statusBase(prev)
+	holds := p.holdsAfter()
+	c := p.countNodes(&st, holds)
+	st.Failures = int32(p.failures())
+	held := p.heldNodes()
+	st.Held = int32(len(held))
+	quiet, refusing := p.quietAgents(holds)
+	st.Quiet = int32(len(quiet))
+
+	set := p.conditionSetter(prev.Conditions, &st)
+	halted := p.halted()
+	p.haltedCondition(set, halted, c.failed)
+	p.degradedCondition(set, c)
+	p.progressConditions(set, &st, c.notUpdated, halted, held)
+	p.agentsCondition(set, quiet, refusing)
+	p.platformCondition(set)
+	p.membershipCondition(prev.Conditions, set)
+	p.windowCondition(set)
+	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
+	p.out.Status = st
+}
+
+// setCondition sets one condition of the pool status being built.
+type setCondition func(typ string, status metav1.ConditionStatus, reason, msg string)
+
+// statusBase is the new status before counts and conditions: generation,
+// target (an Event when it changed) and resolution time.
+func (p *planner) statusBase(prev fleetv1.BootcNodePoolStatus) fleetv1.BootcNodePoolStatus {
 	st := fleetv1.BootcNodePoolStatus{
 		ObservedGeneration: p.in.Pool.Generation,
 		TargetImage:        prev.TargetImage,
@@ -37,9 +65,17 @@ func (p *planner) status() {
 		t := metav1.NewTime(p.in.ResolvedAt).Rfc3339Copy()
 		st.ResolvedTime = &t
 	}
+	return st
+}
 
-	holds := p.holdsAfter()
-	var conflicts, degraded, failed, notUpdated []string
+// nodeCounts names the nodes behind the status's buckets.
+type nodeCounts struct {
+	conflicts, degraded, failed, notUpdated []string
+}
+
+// countNodes puts every member in exactly one bucket of st.
+func (p *planner) countNodes(st *fleetv1.BootcNodePoolStatus, holds map[string][]*Slot) nodeCounts {
+	var c nodeCounts
 	for _, name := range p.members {
 		n := p.nodes[name]
 		bs := p.fresh(n)
@@ -47,23 +83,23 @@ func (p *planner) status() {
 		st.Nodes++
 		switch {
 		case p.conflicted(n):
-			conflicts = append(conflicts, conflictText(n))
+			c.conflicts = append(c.conflicts, conflictText(n))
 			st.Degraded++
 			continue
 		case p.failedSlot[name] != "":
-			failed = append(failed, fmt.Sprintf("%s (%s)", name, p.failedSlot[name]))
+			c.failed = append(c.failed, fmt.Sprintf("%s (%s)", name, p.failedSlot[name]))
 			st.Degraded++
 		case p.signatureRejected(name):
-			failed = append(failed, fmt.Sprintf("%s (%s)", name, fleetv1.ReasonSignatureRejected))
+			c.failed = append(c.failed, fmt.Sprintf("%s (%s)", name, fleetv1.ReasonSignatureRejected))
 			st.Degraded++
 		case bs != nil && bs.Phase == fleetv1.PhaseDegraded:
-			degraded = append(degraded, fmt.Sprintf("%s (%s)", name, orUnknown(bs.Reason)))
+			c.degraded = append(c.degraded, fmt.Sprintf("%s (%s)", name, orUnknown(bs.Reason)))
 			st.Degraded++
 		case holdsKind(holds[name], lease.KindReboot):
 			st.Rebooting++
 		case p.noImage[name] != nil:
 			// Not done: there is nothing it could be updated to.
-			degraded = append(degraded, fmt.Sprintf("%s (%s)", name, p.noImage[name].Reason))
+			c.degraded = append(c.degraded, fmt.Sprintf("%s (%s)", name, p.noImage[name].Reason))
 			st.Degraded++
 		case bs != nil && hasTarget && onDigest(bs.Booted, tgt.Digest):
 			st.Updated++
@@ -75,19 +111,19 @@ func (p *planner) status() {
 		default:
 			st.Waiting++
 		}
-		notUpdated = append(notUpdated, name)
+		c.notUpdated = append(c.notUpdated, name)
 	}
-	st.Failures = int32(p.failures())
-	held := p.heldNodes()
-	st.Held = int32(len(held))
-	sort.Strings(degraded)
-	sort.Strings(failed)
-	quiet, refusing := p.quietAgents(holds)
-	st.Quiet = int32(len(quiet))
+	sort.Strings(c.degraded)
+	sort.Strings(c.failed)
+	return c
+}
 
+// conditionSetter sets conditions on st, with an Event when Halted,
+// Degraded or UpToDate turns True or changes its reason.
+func (p *planner) conditionSetter(prev []metav1.Condition, st *fleetv1.BootcNodePoolStatus) setCondition {
 	now := metav1.Time{Time: p.in.Now}
-	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		old := meta.FindStatusCondition(prev.Conditions, typ)
+	return func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		old := meta.FindStatusCondition(prev, typ)
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: typ, Status: status, Reason: reason, Message: msg,
 			ObservedGeneration: p.in.Pool.Generation, LastTransitionTime: now,
@@ -103,64 +139,75 @@ func (p *planner) status() {
 			}
 		}
 	}
+}
 
-	halted := p.halted()
+func (p *planner) haltedCondition(set setCondition, halted bool, failed []string) {
 	if halted {
 		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
 			fmt.Sprintf("%d node(s) failed on the target image (%s), haltAfterFailures is %d: no new reboot grants. Repair those nodes (each slot is released once its node is back on the image; a node whose signature policy rejected the image recovers with a new image or a policy that accepts it), delete Nodes that are gone, or raise haltAfterFailures",
 				len(failed), joinMax(failed, 5), p.b.HaltAfterFailures))
-	} else {
-		set(fleetv1.PoolHalted, metav1.ConditionFalse, fleetv1.ReasonNotHalted,
-			fmt.Sprintf("%d of %d allowed failure(s)", len(failed), p.b.HaltAfterFailures))
+		return
 	}
+	set(fleetv1.PoolHalted, metav1.ConditionFalse, fleetv1.ReasonNotHalted,
+		fmt.Sprintf("%d of %d allowed failure(s)", len(failed), p.b.HaltAfterFailures))
+}
 
+func (p *planner) degradedCondition(set setCondition, c nodeCounts) {
 	switch {
 	case p.in.ResolveError != "":
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonResolveFailed,
 			fmt.Sprintf("cannot resolve spec.image %s: %s; no new grants until it resolves (check the registry, the tag, and --insecure-registry)", p.in.Pool.Spec.Image, p.in.ResolveError))
-	case len(conflicts) > 0:
+	case len(c.conflicts) > 0:
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodeConflict,
-			fmt.Sprintf("node(s) not managed: %s; make the pools' nodeSelectors disjoint, or rename the nodes", joinMax(conflicts, 5)))
+			fmt.Sprintf("node(s) not managed: %s; make the pools' nodeSelectors disjoint, or rename the nodes", joinMax(c.conflicts, 5)))
 	case len(p.drainMsgs) > 0:
 		sort.Strings(p.drainMsgs)
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonDrainFailed,
 			fmt.Sprintf("drain blocked: %s; the drain is retried and the node does not reboot until it drains (check the PodDisruptionBudget or pod named)", joinMax(p.drainMsgs, 3)))
-	case len(failed)+len(degraded) > 0:
+	case len(c.failed)+len(c.degraded) > 0:
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodesDegraded,
 			fmt.Sprintf("node(s) need attention: %s; see `kubectl get bootcnode <name> -o yaml` (status.reason, status.message; for a Platform* reason the annotation %s and the pool's condition %s)",
-				joinMax(append(failed, degraded...), 5), fleetv1.AnnotationNoPlatformImage, fleetv1.PoolPlatformImages))
+				joinMax(append(c.failed, c.degraded...), 5), fleetv1.AnnotationNoPlatformImage, fleetv1.PoolPlatformImages))
 	default:
 		set(fleetv1.PoolDegraded, metav1.ConditionFalse, fleetv1.ReasonAsExpected, "no node needs attention")
 	}
+}
 
+// progressConditions sets UpToDate and Progressing.
+func (p *planner) progressConditions(set setCondition, st *fleetv1.BootcNodePoolStatus, notUpdated []string, halted bool, held []string) {
 	switch {
 	case st.Nodes == 0:
 		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonNoNodes, "no Node matches spec.nodeSelector")
 		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonNoNodes, "no Node matches spec.nodeSelector")
+		return
 	case p.target.Digest == "":
 		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "the target image has not been resolved yet")
 		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "waiting for spec.image to resolve to a digest")
+		return
 	case len(notUpdated) == 0:
 		set(fleetv1.PoolUpToDate, metav1.ConditionTrue, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.targetText()))
 		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonAllUpdated, fmt.Sprintf("all %d node(s) run %s", st.Nodes, p.targetText()))
-	default:
-		msg := fmt.Sprintf("%d of %d node(s) run %s; waiting: %s", st.Updated, st.Nodes, p.targetText(), joinMax(notUpdated, 5))
-		set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, msg)
-		switch {
-		case p.b.Paused:
-			set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonPaused, "spec.rollout.paused is true: no new grants; set it to false to continue")
-		case p.in.ResolveError != "":
-			set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "no new grants while spec.image does not resolve")
-		case halted:
-			set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonFailuresReached, "halted: no new reboot grants (see the Halted condition)")
-		default:
-			m := fmt.Sprintf("%s; %d staging, %d staged, %d rebooting (maxUnavailable %d, maxStaging %d)", msg, st.Staging, st.Staged, st.Rebooting, p.b.MaxUnavailable, p.b.MaxStaging)
-			if pm := p.pacingMessage(held); pm != "" {
-				m += "; " + pm
-			}
-			set(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut, m)
-		}
+		return
 	}
+	msg := fmt.Sprintf("%d of %d node(s) run %s; waiting: %s", st.Updated, st.Nodes, p.targetText(), joinMax(notUpdated, 5))
+	set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, msg)
+	switch {
+	case p.b.Paused:
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonPaused, "spec.rollout.paused is true: no new grants; set it to false to continue")
+	case p.in.ResolveError != "":
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonResolveFailed, "no new grants while spec.image does not resolve")
+	case halted:
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonFailuresReached, "halted: no new reboot grants (see the Halted condition)")
+	default:
+		m := fmt.Sprintf("%s; %d staging, %d staged, %d rebooting (maxUnavailable %d, maxStaging %d)", msg, st.Staging, st.Staged, st.Rebooting, p.b.MaxUnavailable, p.b.MaxStaging)
+		if pm := p.pacingMessage(held); pm != "" {
+			m += "; " + pm
+		}
+		set(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut, m)
+	}
+}
+
+func (p *planner) agentsCondition(set setCondition, quiet, refusing []string) {
 	switch {
 	case len(refusing) > 0:
 		set(fleetv1.PoolAgentsReporting, metav1.ConditionFalse, fleetv1.ReasonAgentRequestsRefused,
@@ -179,16 +226,11 @@ func (p *planner) status() {
 	default:
 		set(fleetv1.PoolAgentsReporting, metav1.ConditionTrue, fleetv1.ReasonAgentsReporting, "every node with rollout work reports")
 	}
-	p.platformCondition(set)
-	p.membershipCondition(prev.Conditions, set)
-	p.windowCondition(set)
-	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
-	p.out.Status = st
 }
 
 func rebooting(ss []*Slot) bool {
 	for _, s := range ss {
-		if s.Kind == lease.KindReboot && s.State == SlotHeld && s.Grant.Phase == lease.PhaseReboot {
+		if s.Phase.afterDrain() {
 			return true
 		}
 	}

@@ -124,6 +124,9 @@ type Slot struct {
 	Kind  lease.Kind
 	Index int
 	State SlotState
+	// Phase is where the slot is in its lifecycle (PhaseOf): the planner
+	// and the plugin derive it once as they take the slots in (WithPhases).
+	Phase SlotPhase
 	// Grant is valid when State is SlotHeld.
 	Grant lease.Grant
 	// CordonedByUs is the cordoned-by-us annotation of a reboot grant.

@@ -226,7 +226,10 @@ func (w *world) apply(out Output) {
 				n.CordonedFor = ""
 			}
 		}
+		was, _ := ParseSlot(poolName, l)
 		ApplyToLease(l, c, w.now, time.Minute)
+		now, _ := ParseSlot(poolName, l)
+		made.record(Transition{From: PhaseOf(was), Op: c.Op, Why: c.Why, To: PhaseOf(now)})
 		// Like the controller: a reboot grant is cordoned at once (our mark
 		// on the Node says whose cordon it is until OpAdvance records it on
 		// the grant), and its drain starts.

@@ -1,0 +1,84 @@
+package plan
+
+// Transition is one phase change the planner makes to a slot: a change
+// (its Op and Why) that takes the slot From one phase To another, as the
+// Lease it writes reads back (ApplyToLease, then ParseSlot and PhaseOf). A
+// change that keeps the phase (a cordon, a back-since record while Failed)
+// is listed too, From and To equal.
+type Transition struct {
+	From SlotPhase
+	Op   Op
+	Why  string
+	To   SlotPhase
+}
+
+// Transitions are every phase change the handlers of slots.go (and grant,
+// trackBack) make, and only those: the package's tests fail on a change
+// their world carries out that is not one (the property test among them),
+// and on an edge here that no test makes (main_test.go); a test checks the
+// state diagram in docs/coordinator.md has exactly these edges.
+var Transitions = transitions(
+	// grant.go: a free slot goes to the first eligible node.
+	edges(PhaseFree, OpGrant, PhaseStaging, WhyEligible),
+	edges(PhaseFree, OpGrant, PhaseDraining, WhyEligible),
+	// onMalformed.
+	edges(PhaseMalformed, OpReset, PhaseFree, WhyMalformed),
+	// onStaging, and holderOf for every phase (the holder's Node deleted,
+	// or out of the pool).
+	edges(PhaseStaging, OpRelease, PhaseFree, WhyStaged, WhyExpired, WhyNodeDeleted),
+	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyReleased, WhyStageTimedOut, WhyLeftPool),
+	// onDraining and drain.
+	edges(PhaseDraining, OpCordon, PhaseDraining, WhyCordon),
+	edges(PhaseDraining, OpAdvance, PhaseRebooting, WhyDrained),
+	edges(PhaseDraining, OpRelease, PhaseFree, WhyNodeDeleted),
+	edges(PhaseDraining, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyUnverified, WhyLeftPool),
+	// The coordinator writes failure and back-since only in phase Reboot;
+	// a Draining grant someone else annotated so keeps them through the
+	// advance, which the Lease then reads as.
+	edges(PhaseDraining, OpAdvance, PhaseFailed, WhyDrained),
+	edges(PhaseDraining, OpAdvance, PhaseVerifying, WhyDrained),
+	// onRebooting: endReboot, rebootTimer, trackBack.
+	edges(PhaseRebooting, OpMarkBack, PhaseVerifying, WhyBack),
+	edges(PhaseRebooting, OpMarkFailed, PhaseFailed, WhyRebootTimeout),
+	edges(PhaseRebooting, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
+	edges(PhaseRebooting, OpRevoke, PhaseFree, WhyBootChanged, WhyUnverified, WhyLeftPool),
+	// onVerifying: a holder that came back and fell over keeps the
+	// came-back record (Verifying); a back-since record without it (a grant
+	// from before that annotation) goes back to Rebooting, and its timer
+	// still runs.
+	edges(PhaseVerifying, OpMarkBack, PhaseVerifying, WhyBack, WhyFellOver),
+	edges(PhaseVerifying, OpMarkBack, PhaseRebooting, WhyFellOver),
+	edges(PhaseVerifying, OpMarkFailed, PhaseFailed, WhyRebootTimeout),
+	edges(PhaseVerifying, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
+	edges(PhaseVerifying, OpRevoke, PhaseFree, WhyBootChanged, WhyUnverified, WhyLeftPool),
+	// onFailed: the failure stays until the slot is freed.
+	edges(PhaseFailed, OpMarkBack, PhaseFailed, WhyBack, WhyFellOver),
+	edges(PhaseFailed, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
+	edges(PhaseFailed, OpRevoke, PhaseFree, WhyBootChanged, WhyUnverified, WhyLeftPool),
+)
+
+func edges(from SlotPhase, op Op, to SlotPhase, whys ...string) []Transition {
+	out := make([]Transition, 0, len(whys))
+	for _, why := range whys {
+		out = append(out, Transition{From: from, Op: op, Why: why, To: to})
+	}
+	return out
+}
+
+func transitions(groups ...[]Transition) []Transition {
+	var out []Transition
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// Allowed: t is in Transitions.
+func (t Transition) Allowed() bool {
+	for _, x := range Transitions {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
