@@ -144,6 +144,24 @@ type Verdict struct {
 	Message string
 }
 
+// of: the verdict was given in boot b (it holds for the rest of that boot).
+func (v *Verdict) of(b BootIdentity) bool { return v != nil && v.Boot == b }
+
+// holdsFor: the rejection is of the desired image d (it holds until the
+// desired image changes).
+func (r *Rejection) holdsFor(d Desired) bool {
+	return r != nil && d.Set && d.Invalid == "" && d.Image == r.Image
+}
+
+// Heartbeated reports whether the agent's reports list g while it works
+// under it, and so keep it alive: every stage grant, and a reboot grant
+// from phase Reboot on. In phase Drain the agent has nothing to do under a
+// reboot grant, and the coordinator never expires one by heartbeats
+// (amendment 18).
+func Heartbeated(g lease.Grant) bool {
+	return g.Kind != lease.KindReboot || g.Phase == lease.PhaseReboot
+}
+
 // BootcSupport is what the agent learned in this boot about the installed
 // bootc (its version and --help), probed once per boot.
 type BootcSupport struct {
@@ -307,10 +325,10 @@ func Decide(o Observation) Action {
 	if !o.Desired.Set || o.Status.Booted.Is(o.Desired.Image) {
 		return idle(o) // rule 3
 	}
-	if v := o.Verdict; v != nil && v.Boot == o.Boot && v.Desired == o.Desired.Image {
+	if v := o.Verdict; v.of(o.Boot) && v.Desired == o.Desired.Image {
 		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: v.Reason, Message: v.Message})
 	}
-	if r := o.Rejected; r != nil && r.Image == o.Desired.Image {
+	if r := o.Rejected; r.holdsFor(o.Desired) {
 		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonSignatureRejected,
 			Message: "the host's container signature policy rejected " + short(r.Image) + "; not trying it again until the desired image changes or the agent restarts: " + r.Message})
 	}
@@ -371,7 +389,7 @@ func rebootPending(o Observation) Action {
 			Message: fmt.Sprintf("reboot into %s under %s recorded at %s did not happen within %s",
 				r.Image, r.Grant, r.Recorded.UTC().Format(time.RFC3339), o.RebootTimeout)}
 	}
-	if !o.Status.Staged.Is(r.Image) {
+	if _, ok := StagedIs(o.Status, o.Boot, r.Image); !ok {
 		return Action{Kind: ClearRecord, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStagedDigestMismatch,
 			Message: "reboot into " + short(r.Image) + " recorded, but bootc has " + describe(o.Status.Staged) + " staged; dropped the record, not rebooting"}
 	}
