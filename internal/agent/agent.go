@@ -104,7 +104,7 @@ type API interface {
 // Deps are the host edges Run uses.
 type Deps struct {
 	// API may be nil: then the API server at Config.RESTConfig.
-	API API
+	API   API
 	Bootc Bootc
 	Host  Host
 	// Notifier may be nil (no sd_notify).
