@@ -487,6 +487,10 @@ func staged(o Observation) Action {
 		// A stage that ended between its switch and its lock (the agent
 		// stopped) left img unlocked: the stage grant lets it lock it.
 		if g, err := validGrant(o, lease.ActionStage, img); err == nil && o.Bootc.Known && o.Bootc.CanStage {
+			// A failing lock backs off and gives up as any stage does.
+			if a, ok := backoff(o, o.LastStageFailure, g.ID); ok {
+				return a
+			}
 			return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonLocking, Image: img, Grant: g.ID, Enforce: o.RequireSigned,
 				Message: "staged " + short(img) + " is unlocked; locking it under " + g.ID.String()}
 		}
@@ -498,6 +502,29 @@ func staged(o Observation) Action {
 	// rollout-state annotation says Draining.
 	return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: ReasonWaitingReboot,
 		Message: "Staged " + short(img) + "; waiting for a reboot slot and the drain"}
+}
+
+// backoff holds a stage of the desired image under grant id back after
+// failures f: given up once they exhausted the grant, else until the retry
+// time. A new grant starts with fresh attempts and no delay: other nodes had
+// their turn in between.
+func backoff(o Observation, f *StageFailure, id lease.ID) (Action, bool) {
+	img := o.Desired.Image
+	if f == nil || f.Image != img {
+		return Action{}, false
+	}
+	if f.exhausted(id) {
+		msg := fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), id, f.Attempts, f.Message)
+		if f.TimedOut {
+			msg = fmt.Sprintf("gave up staging %s under %s: %s; letting the slot go to the next node", short(img), id, f.Message)
+		}
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}, true
+	}
+	if f.Grant == id && o.Now.Before(f.RetryAt) {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
+			Message: f.prefix() + fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}, true
+	}
+	return Action{}, false
 }
 
 // stageOrWait is rule 5.
@@ -553,18 +580,8 @@ func stageOrWait(o Observation) Action {
 		}
 		return cancel(o, "the desired image changed to "+short(img))
 	}
-	if f.exhausted(g.ID) {
-		msg := fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)
-		if f.TimedOut {
-			msg = fmt.Sprintf("gave up staging %s under %s: %s; letting the slot go to the next node", short(img), g.ID, f.Message)
-		}
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}
-	}
-	// A new grant starts with fresh attempts and no delay: other nodes had
-	// their turn in between.
-	if f != nil && f.Grant == g.ID && o.Now.Before(f.RetryAt) {
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
-			Message: f.prefix() + fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}
+	if a, ok := backoff(o, f, g.ID); ok {
+		return a
 	}
 	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: ReasonStaging, Image: img, Grant: g.ID, Enforce: o.RequireSigned, Message: "Staging " + short(img)}
 }
