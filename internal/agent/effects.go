@@ -42,7 +42,7 @@ func (r *runner) noteResult(e decide.Effect, res decide.Result) {
 			r.log.Info("grant not confirmed; not acting", "step", e.Step, "lease", e.Grant.Lease, "grant", e.Grant.ID.String(), "err", r.st.Note)
 		}
 	case decide.EffectReadStatus:
-		if r.st.Note != "" {
+		if _, ok := decide.StagedIs(res.Status, e.Boot, e.Image); !ok {
 			r.log.Error("staged deployment is not the granted image; not rebooting", "when", e.Step,
 				"staged", stagedName(res.Status.Staged), "granted", e.Image.String(), "statusErr", res.Status.Unavailable,
 				"boot", res.Status.ReadIn.String())
