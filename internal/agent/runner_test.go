@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -211,7 +210,7 @@ func startUnit(t *testing.T, node string) *unit {
 		RereadInterval: 50 * time.Millisecond, SettleTimeout: time.Minute, WaitingHold: time.Millisecond, Version: "test"}
 	go func() {
 		done <- agent.Run(ctx, cfg, agent.Deps{API: u.api, Bootc: &bootc.CLI{Runner: testbootc.NewMem(m)}, Host: u.host,
-			Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Log:   slog.New(slog.NewTextHandler(testLog{t}, nil)),
 			Trace: func(s agent.Step) { u.steps <- s }})
 	}()
 	t.Cleanup(func() {
@@ -290,6 +289,7 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 // never acted on: no stage, and the APIAccess condition says why.
 func TestRunnerRefusedConfirmNeverStages(t *testing.T) {
 	u := startUnit(t, "unit-b")
+	u.k.LeaseSeconds = 8 // the re-seen grant's first heartbeat comes within 2 s
 	u.api.mu.Lock()
 	u.api.refuseReads = true
 	u.api.mu.Unlock()
@@ -318,4 +318,37 @@ func TestRunnerRefusedConfirmNeverStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+}
+
+// A stage whose grant is revoked is cancelled (bootc is stopped), and the
+// node waits for a slot again.
+func TestRunnerCancelsStageOnRevoke(t *testing.T) {
+	u := startUnit(t, "unit-c")
+	u.m.Configure(func(k *testbootc.Knobs) { k.SwitchHang = true })
+	if _, err := u.k.Grant(context.Background(), lease.KindStage, 0, "unit-c", imgV2, u.m.BootID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Staging", integration.PhaseIs(fleetv1.PhaseStaging, decide.ReasonStaging))
+	select {
+	case s := <-u.steps:
+		if s.Kind != decide.StepStage {
+			t.Fatalf("first step %q, want stage", s.Kind)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no stage started")
+	}
+	if err := u.k.Revoke(context.Background(), lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Waiting again", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	if s := u.m.State().Staged; s != nil {
+		t.Fatalf("staged %+v after the cancel", s)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
