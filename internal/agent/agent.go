@@ -1,5 +1,6 @@
 // Package agent runs bootc-fleet-agent: a loop that observes the host and the
-// API server, asks decide.Decide what to do, and carries it out.
+// API server, feeds what it saw into decide.Step, runs the effects Step
+// returns (feeding each result back in) and reports.
 //
 // Run is embeddable: it takes its host edges as narrow interfaces (Deps), has
 // no globals, never exits the process and logs through the logger it is
@@ -14,11 +15,13 @@ import (
 	"log/slog"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 )
@@ -70,8 +73,38 @@ type Records interface {
 	AddSpent(lease.ID) error
 }
 
+// API is the agent's view of the API server: its own BootcNode and the
+// Leases labelled with its name (informers in production), consistent
+// reads of one Lease, and merge patches of its own BootcNode's status. The
+// agent writes nothing else (docs/design.md, amendment 8).
+type API interface {
+	// Start runs the informers until ctx ends.
+	Start(ctx context.Context)
+	// Synced: the BootcNode and the Leases were listed at least once.
+	Synced() bool
+	// Changed receives when the BootcNode's spec or a Lease changed.
+	Changed() <-chan struct{}
+	// BootcNode is the cached BootcNode, or nil.
+	BootcNode() *fleetv1.BootcNode
+	// Leases are the cached Leases labelled with this node.
+	Leases() []*coordinationv1.Lease
+	// ReadLease is a consistent read (a GET answered from etcd).
+	ReadLease(ctx context.Context, name string) (*coordinationv1.Lease, error)
+	// PatchStatus sends a merge patch to this node's BootcNode status.
+	PatchStatus(ctx context.Context, body []byte) error
+	// ListErrors are the current list/watch failures, by informer.
+	ListErrors() map[string]error
+	// ClearListError forgets an informer's failure once a later request
+	// shows access works again.
+	ClearListError(informer string)
+	// Host is the API server's address, for messages.
+	Host() string
+}
+
 // Deps are the host edges Run uses.
 type Deps struct {
+	// API may be nil: then the API server at Config.RESTConfig.
+	API   API
 	Bootc Bootc
 	Host  Host
 	// Notifier may be nil (no sd_notify).
@@ -110,7 +143,7 @@ type Config struct {
 	// NodeName is this node's name: its BootcNode's name and the holder of
 	// its grants.
 	NodeName string
-	// RESTConfig reaches the API server as this node.
+	// RESTConfig reaches the API server as this node (when Deps.API is nil).
 	RESTConfig *rest.Config
 	// StateDir holds the reboot record (when Deps.Records is nil).
 	StateDir string
@@ -155,9 +188,6 @@ type Config struct {
 func (c *Config) defaults() error {
 	if c.NodeName == "" {
 		return errors.New("node name is required")
-	}
-	if c.RESTConfig == nil {
-		return errors.New("a REST config is required")
 	}
 	c.defaultIntervals()
 	return nil
@@ -207,12 +237,17 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	if deps.Notifier == nil {
 		deps.Notifier = noNotifier{}
 	}
-	kube, err := newKube(cfg.RESTConfig, cfg.NodeName)
-	if err != nil {
-		return fmt.Errorf("connecting to the API server: %w", err)
+	if deps.API == nil {
+		if cfg.RESTConfig == nil {
+			return errors.New("a REST config is required")
+		}
+		kube, err := newKube(cfg.RESTConfig, cfg.NodeName)
+		if err != nil {
+			return fmt.Errorf("connecting to the API server: %w", err)
+		}
+		deps.API = kube
 	}
-	r := newRunner(cfg, deps, kube)
-	return r.run(ctx)
+	return newRunner(cfg, deps).run(ctx)
 }
 
 type noNotifier struct{}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 )
 
 // The heartbeat pace at the agent's production intervals (no test
@@ -32,9 +33,10 @@ func TestReportCadenceAtProductionIntervals(t *testing.T) {
 		{"idle", "Idle", nil, coordinatorLease, 5 * time.Minute, 5 * time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := &runner{cfg: cfg, held: map[string]*held{}, leaseDuration: c.lastD}
+			r := &runner{cfg: cfg}
+			r.st.LeaseDuration = c.lastD
 			for _, g := range c.held {
-				r.held[g.Lease] = &held{grant: g}
+				r.st.Grants = append(r.st.Grants, decide.HeldGrant{Grant: g})
 			}
 			got := r.reportEvery(c.phase)
 			if got > c.atMost || got < c.atLeast {

@@ -20,7 +20,7 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
-// kube is the agent's view of the API server: an informer on its own
+// kube is the agent's view of the API server (API): an informer on its own
 // BootcNode (field selector) and one on the Leases labelled with its name,
 // consistent reads of single Leases, and patches of its own BootcNode's
 // status. It writes nothing else: no Lease (docs/design.md, amendment 8).
@@ -115,10 +115,10 @@ func (k *kube) informer(name string) cache.SharedIndexInformer {
 	return k.leaseInf
 }
 
-// listErrors returns the informers' current failures: a failure is over once
+// ListErrors returns the informers' current failures: a failure is over once
 // the informer synced past the version it had when it failed. A watch that
 // merely broke after a good list heals by itself and is not reported.
-func (k *kube) listErrors() map[string]error {
+func (k *kube) ListErrors() map[string]error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := map[string]error{}
@@ -135,9 +135,9 @@ func (k *kube) listErrors() map[string]error {
 	return out
 }
 
-// clearListErr forgets an informer's failure once a later request shows
+// ClearListError forgets an informer's failure once a later request shows
 // access works again (a status patch).
-func (k *kube) clearListErr(informer string) {
+func (k *kube) ClearListError(informer string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.listErrs, informer)
@@ -150,19 +150,19 @@ func (k *kube) poke() {
 	}
 }
 
-// start runs the informers until ctx ends. Informers re-list after a watch
+// Start runs the informers until ctx ends. Informers re-list after a watch
 // breaks, so an API outage heals by itself; grants meanwhile age out through
 // the agent's own last accepted heartbeat.
-func (k *kube) start(ctx context.Context) {
+func (k *kube) Start(ctx context.Context) {
 	go k.nodeInf.RunWithContext(ctx)
 	go k.leaseInf.RunWithContext(ctx)
 }
 
-// synced: both informers listed successfully at least once.
-func (k *kube) synced() bool { return k.nodeInf.HasSynced() && k.leaseInf.HasSynced() }
+// Synced: both informers listed successfully at least once.
+func (k *kube) Synced() bool { return k.nodeInf.HasSynced() && k.leaseInf.HasSynced() }
 
-// bootcNode returns the cached BootcNode, or nil.
-func (k *kube) bootcNode() *fleetv1.BootcNode {
+// BootcNode returns the cached BootcNode, or nil.
+func (k *kube) BootcNode() *fleetv1.BootcNode {
 	for _, o := range k.nodeInf.GetStore().List() {
 		if n, ok := o.(*fleetv1.BootcNode); ok && n.Name == k.node {
 			return n
@@ -171,8 +171,8 @@ func (k *kube) bootcNode() *fleetv1.BootcNode {
 	return nil
 }
 
-// cachedLeases returns the cached Leases labelled with this node.
-func (k *kube) cachedLeases() []*coordinationv1.Lease {
+// Leases returns the cached Leases labelled with this node.
+func (k *kube) Leases() []*coordinationv1.Lease {
 	var out []*coordinationv1.Lease
 	for _, o := range k.leaseInf.GetStore().List() {
 		if l, ok := o.(*coordinationv1.Lease); ok {
@@ -182,11 +182,11 @@ func (k *kube) cachedLeases() []*coordinationv1.Lease {
 	return out
 }
 
-// readLease is a consistent read of one slot Lease: a GET without a
+// ReadLease is a consistent read of one slot Lease: a GET without a
 // resourceVersion, which the API server answers from etcd with a quorum
 // read, never from its watch cache, so it reflects every write that
 // completed before it (the informer's copy may lag behind).
-func (k *kube) readLease(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+func (k *kube) ReadLease(ctx context.Context, name string) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{}
 	err := k.leases.Get().Namespace(lease.Namespace).Resource("leases").Name(name).Do(ctx).Into(l)
 	if err != nil {
@@ -214,19 +214,15 @@ func newLeaseClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	return rest.RESTClientFor(c)
 }
 
-// patchStatus writes the whole agent-owned status with a merge patch on the
-// status subresource. Every field is present (null when empty), so a field
-// the agent no longer reports is removed rather than left stale.
-func (k *kube) patchStatus(ctx context.Context, st statusReport) error {
-	body, err := json.Marshal(map[string]any{"status": st.fields()})
-	if err != nil {
-		return err
-	}
-	return k.patchStatusRaw(ctx, body)
-}
+// Changed receives when the BootcNode's spec or one of this node's Leases
+// changed, or an informer failed.
+func (k *kube) Changed() <-chan struct{} { return k.pokes }
 
-// patchStatusRaw sends a merge patch to this node's BootcNode status.
-func (k *kube) patchStatusRaw(ctx context.Context, body []byte) error {
+// Host is the API server's address.
+func (k *kube) Host() string { return k.host }
+
+// PatchStatus sends a merge patch to this node's BootcNode status.
+func (k *kube) PatchStatus(ctx context.Context, body []byte) error {
 	err := k.fleet.Patch(types.MergePatchType).Resource("bootcnodes").Name(k.node).SubResource("status").
 		Body(body).Do(ctx).Error()
 	if err != nil {

@@ -87,7 +87,7 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) (woke wake, ok bool
 	select {
 	case <-ctx.Done():
 		return wokeByTimer, false
-	case <-r.kube.pokes:
+	case <-r.api.Changed():
 		return wokeByAPI, true
 	case <-r.deps.Changes:
 		return wokeByFiles, true

@@ -59,7 +59,8 @@ func (p paced) blocked(t *testing.T, c *testingclock.FakeClock) bool {
 }
 
 func paceRunner(c *testingclock.FakeClock) *runner {
-	return &runner{deps: Deps{Clock: c}, kube: &kube{pokes: make(chan struct{}, 1)}}
+	k := &kube{pokes: make(chan struct{}, 1)}
+	return &runner{deps: Deps{Clock: c, API: k}, api: k}
 }
 
 // News from the API server is on the rollout's critical path (a reboot grant
@@ -126,7 +127,7 @@ func TestPaceRoundFileChangesWaitTheGap(t *testing.T) {
 	if !p.blocked(t, c) {
 		t.Fatal("a file change right after a round went at once")
 	}
-	r.kube.poke()
+	r.api.(*kube).poke()
 	if !p.returned(t) {
 		t.Fatal("news from the API server did not end the gap")
 	}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
@@ -52,7 +53,7 @@ func (r *runner) apiAccess(gen int64) metav1.Condition {
 	for op, m := range r.refusals {
 		msgs = append(msgs, op+": "+m)
 	}
-	for inf, err := range r.kube.listErrors() {
+	for inf, err := range r.api.ListErrors() {
 		if refused(err) {
 			msgs = append(msgs, "list/watch "+inf+": "+err.Error())
 		}
@@ -75,7 +76,7 @@ func (r *runner) apiAccess(gen int64) metav1.Condition {
 // caller can use it at once.
 func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Status, a decide.Action) (credited bool) {
 	msg := r.notifyStatus(a)
-	n := r.kube.bootcNode()
+	n := r.api.BootcNode()
 	if n == nil {
 		return false // the coordinator has not created it yet
 	}
@@ -98,8 +99,8 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 	conds := append([]metav1.Condition(nil), n.Status.Conditions...)
 	c := metav1.Condition{Type: ConditionGrantsReadable, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonAsExpected,
 		Message: "every lease labelled with this node follows the slot protocol", ObservedGeneration: n.Generation}
-	if len(r.malformed) > 0 {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, fleetv1.ReasonMalformedGrant, text.Truncate("ignored: "+strings.Join(r.malformed, "; "), maxConditionMessage)
+	if len(r.st.Malformed) > 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, fleetv1.ReasonMalformedGrant, text.Truncate("ignored: "+strings.Join(r.st.Malformed, "; "), maxConditionMessage)
 	}
 	meta.SetStatusCondition(&conds, c)
 	meta.SetStatusCondition(&conds, r.apiAccess(n.Generation))
@@ -111,7 +112,7 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 		return false
 	}
 	for _, c := range claims {
-		if h := r.held[c.ID.Lease]; h != nil && h.grant.ID == c.ID && c.Released == "" && h.lastHeartbeat.IsZero() {
+		if h, ok := r.st.Held(c.ID); ok && c.Released == "" && h.LastHeartbeat.IsZero() {
 			credited = true // its first heartbeat, if this report is taken
 		}
 	}
@@ -136,17 +137,22 @@ func (r *runner) send(ctx context.Context, rep statusReport) error {
 	rep.LastReportTime, r.reportTried = sent, sent
 	pctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	err := r.kube.patchStatus(pctx, rep)
+	body, err := json.Marshal(map[string]any{"status": rep.fields()})
+	if err == nil {
+		err = r.api.PatchStatus(pctx, body)
+	}
 	r.noteRequest("patch bootcnode status", err)
 	if err != nil {
 		return err
 	}
-	r.kube.clearListErr("bootcnodes")
+	r.api.ClearListError("bootcnodes")
+	var listed []lease.ID
 	for _, g := range rep.Grants {
-		if h := r.held[g.Lease]; h != nil && g.Released == "" && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
-			h.lastHeartbeat = sent
+		if g.Released == "" {
+			listed = append(listed, lease.ID{Lease: g.Lease, UID: g.UID, Transitions: g.LeaseTransitions})
 		}
 	}
+	r.step(decide.Input{Now: sent, Reported: &decide.Reported{Sent: sent, Grants: listed}})
 	r.lastReport, r.lastReportAt, r.reported = rep, sent, true
 	return nil
 }
@@ -155,8 +161,8 @@ func (r *runner) send(ctx context.Context, rep statusReport) error {
 // message to report.
 func (r *runner) notifyStatus(a decide.Action) string {
 	msg := a.Message
-	if len(r.malformed) > 0 {
-		msg += fmt.Sprintf(" (ignoring %d malformed lease(s))", len(r.malformed))
+	if len(r.st.Malformed) > 0 {
+		msg += fmt.Sprintf(" (ignoring %d malformed lease(s))", len(r.st.Malformed))
 	}
 	line := string(a.Phase) + ": " + msg
 	if line != r.lastNotify {
@@ -195,7 +201,7 @@ func (r *runner) reportRefusal(ctx context.Context, gen int64, conds []metav1.Co
 	if err != nil {
 		return false
 	}
-	if err := r.kube.patchStatusRaw(ctx, body); err != nil {
+	if err := r.api.PatchStatus(ctx, body); err != nil {
 		r.log.Info("could not report the refusal either", "err", err)
 		return false
 	}
@@ -207,7 +213,7 @@ func (r *runner) reportRefusal(ctx context.Context, gen int64, conds []metav1.Co
 func (r *runner) withoutGone(rep statusReport) statusReport {
 	kept := make([]fleetv1.GrantInUse, 0, len(rep.Grants))
 	for _, g := range rep.Grants {
-		if h := r.held[g.Lease]; h != nil && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
+		if _, ok := r.st.Held(lease.ID{Lease: g.Lease, UID: g.UID, Transitions: g.LeaseTransitions}); ok {
 			kept = append(kept, g)
 		}
 	}

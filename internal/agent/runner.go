@@ -30,33 +30,32 @@ const maxImmediate = 5
 // hold the loop (and its watchdog) for long.
 const apiTimeout = 10 * time.Second
 
+// stageRun is the running bootc stage: how to stop it and when it ends.
 type stageRun struct {
 	image  imageref.Pinned
 	grant  lease.ID
 	cancel context.CancelFunc
 	done   chan error
-	// started (the agent's clock) and timeout bound the stage (amendment
-	// 19): the grant's stage timeout when it started.
-	started time.Time
-	timeout time.Duration
 }
 
+// runner observes, runs the effects decide.Step returns and reports. The
+// agent's memory is r.st; the rest are handles (the running stage), caches
+// of host reads (the last bootc status, the bootc probe) and what was last
+// reported and notified.
 type runner struct {
 	cfg  Config
 	deps Deps
-	kube *kube
+	api  API
 	log  *slog.Logger
 
-	held map[string]*held
-	// leaseDuration is the duration of the last grant seen: the agent keeps
-	// its heartbeat pace while a revoked stage is still winding down.
-	leaseDuration time.Duration
+	// st is the agent's memory; only decide.Step changes it.
+	st    decide.State
+	stage *stageRun
+
 	// refusals are API requests the server refused, by request, until the
 	// same request succeeds (the APIAccess condition).
 	refusals     map[string]string
-	refusalShown string // the APIAccess message last written while waiting for the lists
-	malformed    []string
-	stage        *stageRun
+	refusalShown string        // the APIAccess message last written while waiting for the lists
 	apiRounds    *rate.Limiter // paces rounds woken by the API server (pace.go)
 	// lastRead is the last bootc status read: while the agent's own stage
 	// holds the sysroot lock, rounds decide on it instead of waiting
@@ -74,20 +73,7 @@ type runner struct {
 	waitingFor   imageref.Pinned
 	waitingSince time.Time
 	// probe is what bootc supports, learned once per boot.
-	probe      *bootcProbe
-	stageFail  *decide.StageFailure
-	stageDelay time.Duration
-	verdict    *decide.Verdict
-	// rejected is the last stage the signature policy refused; it holds
-	// until the desired image changes (or the agent restarts).
-	rejected *decide.Rejection
-
-	// settleKey/settleDeadline: when the record from another boot was first
-	// seen in this boot.
-	settleKey      string
-	settleDeadline time.Time
-	// rebootIssued is the grant this process already rebooted for.
-	rebootIssued *lease.ID
+	probe *bootcProbe
 
 	started      time.Time
 	ready        bool
@@ -99,22 +85,30 @@ type runner struct {
 	reported     bool
 }
 
-func newRunner(cfg Config, deps Deps, k *kube) *runner {
+func newRunner(cfg Config, deps Deps) *runner {
 	return &runner{
-		cfg:      cfg,
-		deps:     deps,
-		kube:     k,
-		log:      deps.Log.With("node", cfg.NodeName),
-		held:     map[string]*held{},
+		cfg:  cfg,
+		deps: deps,
+		api:  deps.API,
+		log:  deps.Log.With("node", cfg.NodeName),
+		st: decide.NewState(decide.Params{Node: cfg.NodeName, StageRetry: cfg.StageRetry,
+			SettleTimeout: cfg.SettleTimeout, RebootTimeout: cfg.RebootTimeout}),
 		refusals: map[string]string{},
 	}
+}
+
+// step feeds one input into decide.Step and returns the effects to run.
+func (r *runner) step(in decide.Input) []decide.Effect {
+	var effs []decide.Effect
+	r.st, effs = decide.Step(r.st, in)
+	return effs
 }
 
 func (r *runner) now() time.Time { return r.deps.Clock.Now() }
 
 func (r *runner) run(ctx context.Context) error {
 	r.started = r.now()
-	r.kube.start(ctx)
+	r.api.Start(ctx)
 	r.log.Info("bootc-fleet-agent started", "version", r.cfg.Version)
 	defer r.shutdown()
 	if !r.waitSynced(ctx) {
@@ -177,7 +171,7 @@ func (r *runner) run(ctx context.Context) error {
 // is still waiting for. Nothing disruptive can happen before the lists.
 func (r *runner) waitSynced(ctx context.Context) bool {
 	var lastProbe time.Time
-	for !r.kube.synced() {
+	for !r.api.Synced() {
 		_ = r.deps.Notifier.Watchdog()
 		if lastProbe.IsZero() || r.deps.Clock.Since(lastProbe) >= max(r.cfg.RereadInterval, time.Second) {
 			lastProbe = r.now()
@@ -188,7 +182,7 @@ func (r *runner) waitSynced(ctx context.Context) bool {
 		case <-ctx.Done():
 			t.Stop()
 			return false
-		case <-r.kube.pokes:
+		case <-r.api.Changed():
 			t.Stop()
 		case <-t.C():
 		}
@@ -216,7 +210,7 @@ func (r *runner) probeHost(ctx context.Context) {
 	}
 	// A refused list (e.g. no RBAC for Leases) never heals by waiting: say
 	// so on the BootcNode, if it can be read and written.
-	if n := r.kube.bootcNode(); n != nil {
+	if n := r.api.BootcNode(); n != nil {
 		if c := r.apiAccess(n.Generation); c.Status == metav1.ConditionFalse && c.Message != r.refusalShown {
 			cctx, cancel := context.WithTimeout(ctx, apiTimeout)
 			if r.reportRefusal(cctx, n.Generation, append([]metav1.Condition(nil), n.Status.Conditions...)) {
@@ -229,19 +223,19 @@ func (r *runner) probeHost(ctx context.Context) {
 	// BootcNode: a list refused meanwhile shows in both.
 	why := "no answer yet"
 	var errs []string
-	for inf, e := range r.kube.listErrors() {
+	for inf, e := range r.api.ListErrors() {
 		errs = append(errs, inf+": "+e.Error())
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		why = strings.Join(errs, "; ")
 	}
-	line := text.Truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.kube.host, why, hostState), 512)
+	line := text.Truncate(fmt.Sprintf("Waiting for the API server %s to list this node's BootcNode and grants (%s)%s", r.api.Host(), why, hostState), 512)
 	if line != r.lastNotify {
 		_ = r.deps.Notifier.Status(line)
 		r.lastNotify = line
 		if r.deps.Clock.Since(r.started) > 5*time.Second {
-			r.log.Info("waiting for the API server", "server", r.kube.host, "why", why)
+			r.log.Info("waiting for the API server", "server", r.api.Host(), "why", why)
 		}
 	}
 	// READY=1 after STATUS=, so the unit is never active without saying
@@ -275,13 +269,16 @@ func (r *runner) stageDone() <-chan error {
 	return r.stage.done
 }
 
-// iterate runs one observe-decide-act round. again asks for another round at
-// once; next is when to look again at the latest.
+// iterate runs one round: observe, step, run the effects, report. again
+// asks for another round at once; next is when to look again at the latest.
 func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	_ = r.deps.Notifier.Watchdog()
-	r.syncGrants()
-	obs, st, ok := r.observe(ctx)
-	act := decide.Decide(obs)
+	view := r.leaseView()
+	obs, st, ok, partial := r.observe(ctx)
+	before := r.st.Grants
+	effs := r.step(decide.Input{Now: obs.Now, Leases: &view, Observe: &obs, Partial: partial})
+	r.logGrants(before)
+	obs, act := r.st.Last.Obs, r.st.Last.Action
 	fresh := ok && obs.Status.Unavailable == "" && obs.Status.ReadIn == obs.Boot
 	if !r.ready && (fresh || r.deps.Clock.Since(r.started) > r.cfg.ReadyGrace) {
 		r.notifyStatus(act) // STATUS= first: the unit is never active without it
@@ -292,10 +289,10 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 		r.log.Info("ready: BootcNode and grants listed", "freshStatus", fresh)
 	}
 	r.explain(act)
-	again, next = r.carryOut(ctx, obs, act)
-	if s := r.stage; s != nil && s.timeout > 0 {
+	again, next = r.carryOut(ctx, act, effs)
+	if s := r.st.Stage; s != nil && s.Timeout > 0 {
 		// Wake for the stage's deadline (amendment 19), however long the poll.
-		next = min(next, max(s.started.Add(s.timeout).Sub(r.now()), 0))
+		next = min(next, max(s.Started.Add(s.Timeout).Sub(r.now()), 0))
 	}
 	if act.Kind == decide.ClearRecord && again {
 		// Bookkeeping done; the round that follows at once reports the
@@ -347,34 +344,25 @@ func (r *runner) explain(a decide.Action) {
 	r.log.Info(a.Message, attrs...)
 }
 
-// observe builds the Observation: boot identity before and after a fresh
-// bootc status read, the record, the grants and the in-flight stage.
-func (r *runner) observe(ctx context.Context) (decide.Observation, bootc.Status, bool) {
-	now := r.now()
-	o := decide.Observation{
-		Now:           now,
-		Node:          r.cfg.NodeName,
-		RebootTimeout: r.cfg.RebootTimeout,
-		Policy:        fleetv1.RebootPolicyReboot,
-	}
-	if n := r.kube.bootcNode(); n != nil {
+// observe reads what the rules need from the host and the API server: boot
+// identity before and after a fresh bootc status read, the record and the
+// spent grants. The agent's memory (grants, stage, verdicts) is Step's.
+// partial says the boot identity could not be read.
+func (r *runner) observe(ctx context.Context) (o decide.Observation, st bootc.Status, ok, partial bool) {
+	o = decide.Observation{Now: r.now(), Policy: fleetv1.RebootPolicyReboot}
+	if n := r.api.BootcNode(); n != nil {
 		o.Desired = desiredOf(n.Spec.DesiredImage)
 		if n.Spec.RebootPolicy != "" {
 			o.Policy = n.Spec.RebootPolicy
 		}
 		o.RequireSigned = n.Spec.RequireSignedImages
 	}
-	if rj := r.rejected; rj != nil && (!o.Desired.Set || o.Desired.Invalid != "" || o.Desired.Image != rj.Image) {
-		r.rejected = nil
-	}
-	o.Rejected = r.rejected
 	before, supported, err := r.identity(ctx)
 	if err != nil {
 		o.Status.Unavailable = "reading the boot identity: " + err.Error()
-		return o, bootc.Status{}, false
+		return o, bootc.Status{}, false, true
 	}
 	o.Boot, o.SoftRebootSupported = before, supported
-	var st bootc.Status
 	var stErr error
 	reuse := r.reuseRead
 	r.reuseRead = false
@@ -402,60 +390,35 @@ func (r *runner) observe(ctx context.Context) (decide.Observation, bootc.Status,
 		}
 	}
 	o.Bootc = r.bootcSupport(ctx, o.Boot)
-	r.observeRecord(&o)
-	if r.verdict != nil && r.verdict.Boot != o.Boot {
-		r.verdict = nil
-	}
-	o.Verdict = r.verdict
-	o.Grants = r.grants()
-	if r.stage != nil {
-		img := r.stage.image
-		o.InFlight = &img
-		o.InFlightStarted, o.InFlightTimeout = r.stage.started, r.stage.timeout
-	}
-	o.LastStageFailure = r.stageFail
-	return o, st, stErr == nil
+	o.Record, o.Spent = r.readRecord()
+	return o, st, stErr == nil, false
 }
 
-func (r *runner) observeRecord(o *decide.Observation) {
+// readRecord reads the reboot record and the spent grants.
+func (r *runner) readRecord() (decide.RecordState, []lease.ID) {
 	rec, err := r.deps.Records.Read()
 	if err != nil {
-		o.Record.Unreadable = err.Error()
-		return
+		return decide.RecordState{Unreadable: err.Error()}, nil
 	}
 	spent, err := r.deps.Records.Spent()
 	if err != nil {
-		o.Record.Unreadable = "spent grants: " + err.Error()
-		return
+		return decide.RecordState{Unreadable: "spent grants: " + err.Error()}, nil
 	}
-	o.Spent = spent
 	if rec == nil {
-		r.settleKey = ""
-		return
+		return decide.RecordState{}, spent
 	}
 	img, err := imageref.ParsePinned(rec.Image)
 	if err != nil { // Read validates; kept as a guard
-		o.Record.Unreadable = err.Error()
-		return
+		return decide.RecordState{Unreadable: err.Error()}, spent
 	}
-	o.Record = decide.RecordState{
+	return decide.RecordState{
 		Present:  true,
 		Grant:    rec.Grant,
 		Image:    img,
 		Boot:     decide.BootIdentity{BootID: rec.BootID, SoftRebootCount: rec.SoftRebootCount},
 		Recorded: rec.Recorded,
 		Soft:     rec.Soft,
-	}
-	if o.Record.Boot != o.Boot {
-		// The settle deadline starts when this process first sees the
-		// record from another boot.
-		key := rec.Grant.String() + "/" + o.Boot.String()
-		if r.settleKey != key {
-			r.settleKey, r.settleDeadline = key, o.Now.Add(r.cfg.SettleTimeout)
-		}
-		o.SettleDeadline = r.settleDeadline
-	}
-	o.RebootIssued = r.rebootIssued != nil && *r.rebootIssued == rec.Grant
+	}, spent
 }
 
 func (r *runner) identity(ctx context.Context) (decide.BootIdentity, bool, error) {
@@ -498,28 +461,23 @@ func statusOf(st bootc.Status, in decide.BootIdentity) decide.Status {
 	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged)}
 }
 
-// carryOut performs the action.
-func (r *runner) carryOut(ctx context.Context, o decide.Observation, a decide.Action) (again bool, next time.Duration) {
-	next = r.cfg.PollInterval
-	switch a.Kind {
-	case decide.Nothing:
-	case decide.RereadLater:
-		next = r.cfg.RereadInterval
-	case decide.Stage:
-		if !r.startStage(ctx, o, a) {
-			return true, r.cfg.RereadInterval
-		}
-	case decide.CancelStage:
-		s := r.stage
-		r.cancelStage(ctx)
-		if a.TimedOut && s != nil {
-			r.stageTimedOut(s)
-		}
-		return true, next
-	case decide.ClearRecord:
-		return r.clearRecord(o, a), next
-	case decide.ApplyAndReboot:
-		return r.applyAndReboot(ctx, o, a), r.cfg.RereadInterval
+// carryOut runs the effects of the round's decision, feeding each result
+// back into Step, which emits the next (the reboot sequence is one effect
+// at a time).
+func (r *runner) carryOut(ctx context.Context, a decide.Action, effs []decide.Effect) (again bool, next time.Duration) {
+	for len(effs) > 0 {
+		e := effs[0]
+		res := r.execute(ctx, e)
+		more := r.step(decide.Input{Now: r.now(), Result: &res})
+		r.noteResult(e, res)
+		effs = append(more, effs[1:]...)
 	}
-	return false, next
+	next = r.cfg.PollInterval
+	switch {
+	case a.Kind == decide.RereadLater || a.Kind == decide.ApplyAndReboot:
+		next = r.cfg.RereadInterval
+	case a.Kind == decide.Stage && r.st.Again:
+		next = r.cfg.RereadInterval
+	}
+	return r.st.Again, next
 }

@@ -3,38 +3,38 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
-	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 )
 
-// startStage confirms the stage grant with a consistent read and starts the
-// stage (bootc.CLI.Stage) in the background.
-func (r *runner) startStage(ctx context.Context, o decide.Observation, a decide.Action) bool {
-	g, ok := r.heldGrant(a.Grant)
-	if !ok || !r.confirm(ctx, g, lease.ActionStage, "stage", a.Image.String(), o.Boot) {
-		return false
-	}
-	if r.probe == nil || !r.probe.support.CanStage || r.probe.boot != o.Boot {
-		return false // Decide checked it; kept as a guard
+// startStage is the Stage effect: its grant was just confirmed; start the
+// stage (bootc.CLI.Stage) in the background. Its end comes back to Step as
+// a StageDone input (sleep).
+func (r *runner) startStage(ctx context.Context, e decide.Effect) decide.Result {
+	r.confirmed(e)
+	res := decide.Result{Kind: e.Kind}
+	if r.probe == nil || !r.probe.support.CanStage || r.probe.boot != e.Boot {
+		res.Err = "bootc cannot stage in this boot" // Decide checked it; kept as a guard
+		return res
 	}
 	caps := r.probe.caps
+	g := e.Grant
 	if g.StageTimeoutProblem != "" {
 		r.log.Warn("the stage grant's timeout is unusable; bounding the stage by the default", "grant", g.ID.String(),
 			"problem", g.StageTimeoutProblem, "stageTimeout", g.StageTimeout.String())
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &stageRun{image: a.Image, grant: a.Grant, cancel: cancel, done: make(chan error, 1), started: r.now(), timeout: g.StageTimeout}
+	s := &stageRun{image: e.Image, grant: g.ID, cancel: cancel, done: make(chan error, 1)}
 	r.stage = s
-	opts := bootc.StageOptions{EnforceSignatures: a.Enforce}
-	go func() { s.done <- r.deps.Bootc.Stage(sctx, a.Image, caps, opts) }()
-	return true
+	opts := bootc.StageOptions{EnforceSignatures: e.Enforce}
+	go func() { s.done <- r.deps.Bootc.Stage(sctx, e.Image, caps, opts) }()
+	return res
 }
 
+// stageFinished feeds the end of the stage into Step.
 func (r *runner) stageFinished(err error) {
 	s := r.stage
 	r.stage = nil
@@ -43,66 +43,35 @@ func (r *runner) stageFinished(err error) {
 		return
 	}
 	s.cancel()
-	if err != nil && errors.Is(err, bootc.ErrSignatureRejected) {
-		// Deterministic: no retry for this image (decide.Rejection).
-		r.rejected = &decide.Rejection{Image: s.image, Message: bootc.FailureMessage(err)}
-		r.stageFail, r.stageDelay = nil, 0
+	var d decide.StageDone
+	if err != nil {
+		d = decide.StageDone{Err: err.Error(), Rejected: errors.Is(err, bootc.ErrSignatureRejected),
+			Unauthorized: errors.Is(err, bootc.ErrRegistryUnauthorized), Message: bootc.FailureMessage(err)}
+	}
+	r.step(decide.Input{Now: r.now(), StageDone: &d})
+	switch f := r.st.StageFail; {
+	case d.Rejected:
 		r.log.Error("the host's container signature policy rejected the image; not trying it again until the desired image changes",
 			"image", s.image.String(), "grant", s.grant.String(), "err", err)
-		return
+	case err != nil && f != nil:
+		r.log.Error("stage failed", "image", s.image.String(), "grant", s.grant.String(), "attempt", f.Attempts,
+			"of", lease.MaxStageAttempts, "err", err, "retryIn", r.st.StageDelay)
+	default:
+		r.log.Info("stage finished", "image", s.image.String())
 	}
-	if err != nil {
-		attempts := 1
-		if f := r.stageFail; f != nil && f.Grant == s.grant && f.Image == s.image {
-			attempts = f.Attempts + 1
-		} else {
-			r.stageDelay = 0
-		}
-		if r.stageDelay == 0 {
-			r.stageDelay = r.cfg.StageRetry
-		} else if r.stageDelay *= 2; r.stageDelay > 10*time.Minute {
-			r.stageDelay = 10 * time.Minute
-		}
-		r.stageFail = &decide.StageFailure{Image: s.image, Grant: s.grant, Attempts: attempts, Message: err.Error(), RetryAt: r.now().Add(r.stageDelay)}
-		if errors.Is(err, bootc.ErrRegistryUnauthorized) {
-			r.stageFail.Class = fleetv1.ReasonRegistryUnauthorized
-			r.stageFail.Message = bootc.FailureMessage(err)
-		}
-		r.log.Error("stage failed", "image", s.image.String(), "grant", s.grant.String(), "attempt", attempts,
-			"of", lease.MaxStageAttempts, "err", err, "retryIn", r.stageDelay)
-		return
-	}
-	r.stageFail, r.stageDelay = nil, 0
-	r.log.Info("stage finished", "image", s.image.String())
 }
 
-// stageTimedOut counts a stage cancelled at its timeout (amendment 19) as a
-// failed stage that lets go of its grant (decide.StageFailure.TimedOut): the
-// next round reports StageTimedOut and lists the grant as released.
-func (r *runner) stageTimedOut(s *stageRun) {
-	attempts := 1
-	if f := r.stageFail; f != nil && f.Grant == s.grant && f.Image == s.image {
-		attempts = f.Attempts + 1
+// cancelStage is the CancelStage effect: stop the in-flight stage and wait
+// for the bootc process to be gone, pinging the watchdog meanwhile.
+func (r *runner) cancelStage(ctx context.Context, e decide.Effect) decide.Result {
+	if s := r.stage; s != nil {
+		s.cancel()
+		_ = r.await(ctx, s.done)
+		r.stage = nil
+		r.lastRead = nil
+		r.log.Info("stage cancelled", "image", s.image.String())
 	}
-	r.stageFail = &decide.StageFailure{Image: s.image, Grant: s.grant, Attempts: attempts, TimedOut: true, RetryAt: r.now(),
-		Message: fmt.Sprintf("the stage did not finish within the stage timeout of %s", s.timeout)}
-	r.stageDelay = 0
-	r.log.Error("stage timed out; cancelled it and letting go of the grant", "image", s.image.String(), "grant", s.grant.String(),
-		"stageTimeout", s.timeout.String(), "attempt", attempts)
-}
-
-// cancelStage stops the in-flight stage and waits for the bootc process to
-// be gone, pinging the watchdog meanwhile.
-func (r *runner) cancelStage(ctx context.Context) {
-	s := r.stage
-	if s == nil {
-		return
-	}
-	s.cancel()
-	r.await(ctx, s.done)
-	r.stage = nil
-	r.lastRead = nil
-	r.log.Info("stage cancelled", "image", s.image.String())
+	return decide.Result{Kind: e.Kind}
 }
 
 // await waits for done, sending WATCHDOG=1 from this loop while it waits.

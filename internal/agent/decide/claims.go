@@ -60,10 +60,7 @@ func Claims(o Observation, a Action) []Claim {
 		c := Claim{ID: g.ID}
 		switch {
 		case g.Kind == lease.KindReboot:
-			// In phase Drain the agent has nothing to do under it, and the
-			// coordinator never expires a reboot grant by heartbeats, so
-			// it is listed from phase Reboot on (amendment 18).
-			if spent(o, g.ID) || g.Phase != lease.PhaseReboot {
+			if spent(o, g.ID) || !Heartbeated(g.Grant) {
 				continue
 			}
 		case o.LastStageFailure.exhausted(g.ID):

@@ -145,6 +145,24 @@ type Verdict struct {
 	Message string
 }
 
+// of: the verdict was given in boot b (it holds for the rest of that boot).
+func (v *Verdict) of(b BootIdentity) bool { return v != nil && v.Boot == b }
+
+// holdsFor: the rejection is of the desired image d (it holds until the
+// desired image changes).
+func (r *Rejection) holdsFor(d Desired) bool {
+	return r != nil && d.Set && d.Invalid == "" && d.Image == r.Image
+}
+
+// Heartbeated reports whether the agent's reports list g while it works
+// under it, and so keep it alive: every stage grant, and a reboot grant
+// from phase Reboot on. In phase Drain the agent has nothing to do under a
+// reboot grant, and the coordinator never expires one by heartbeats
+// (amendment 18).
+func Heartbeated(g lease.Grant) bool {
+	return g.Kind != lease.KindReboot || g.Phase == lease.PhaseReboot
+}
+
 // BootcSupport is what the agent learned in this boot about the installed
 // bootc (its version and --help), probed once per boot.
 type BootcSupport struct {
@@ -288,10 +306,10 @@ func Decide(o Observation) Action {
 	if !o.Desired.Set || o.Status.Booted.Is(o.Desired.Image) {
 		return idle(o) // rule 3
 	}
-	if v := o.Verdict; v != nil && v.Boot == o.Boot && v.Desired == o.Desired.Image {
+	if v := o.Verdict; v.of(o.Boot) && v.Desired == o.Desired.Image {
 		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: v.Reason, Message: v.Message})
 	}
-	if r := o.Rejected; r != nil && r.Image == o.Desired.Image {
+	if r := o.Rejected; r.holdsFor(o.Desired) {
 		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonSignatureRejected,
 			Message: "the host's container signature policy rejected " + short(r.Image) + "; not trying it again until the desired image changes or the agent restarts: " + r.Message})
 	}
@@ -352,7 +370,7 @@ func rebootPending(o Observation) Action {
 			Message: fmt.Sprintf("reboot into %s under %s recorded at %s did not happen within %s",
 				r.Image, r.Grant, r.Recorded.UTC().Format(time.RFC3339), o.RebootTimeout)}
 	}
-	if !o.Status.Staged.Is(r.Image) {
+	if _, ok := StagedIs(o.Status, o.Boot, r.Image); !ok {
 		return Action{Kind: ClearRecord, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStagedDigestMismatch,
 			Message: "reboot into " + short(r.Image) + " recorded, but bootc has " + describe(o.Status.Staged) + " staged; dropped the record, not rebooting"}
 	}
@@ -450,6 +468,10 @@ func staged(o Observation) Action {
 		// A stage that ended between its switch and its lock (the agent
 		// stopped) left img unlocked: the stage grant lets it lock it.
 		if g, err := validGrant(o, lease.ActionStage, img); err == nil && o.Bootc.Known && o.Bootc.CanStage {
+			// A failing lock backs off and gives up as any stage does.
+			if a, ok := backoff(o, o.LastStageFailure, g.ID); ok {
+				return a
+			}
 			return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: fleetv1.ReasonLockingStagedImage, Image: img, Grant: g.ID, Enforce: o.RequireSigned,
 				Message: "staged " + short(img) + " is unlocked; locking it under " + g.ID.String()}
 		}
@@ -461,6 +483,29 @@ func staged(o Observation) Action {
 	// rollout-state annotation says Draining.
 	return Action{Kind: Nothing, Phase: fleetv1.PhaseStaged, Reason: fleetv1.ReasonWaitingForRebootGrant,
 		Message: "Staged " + short(img) + "; waiting for a reboot slot and the drain"}
+}
+
+// backoff holds a stage of the desired image under grant id back after
+// failures f: given up once they exhausted the grant, else until the retry
+// time. A new grant starts with fresh attempts and no delay: other nodes had
+// their turn in between.
+func backoff(o Observation, f *StageFailure, id lease.ID) (Action, bool) {
+	img := o.Desired.Image
+	if f == nil || f.Image != img {
+		return Action{}, false
+	}
+	if f.exhausted(id) {
+		msg := fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), id, f.Attempts, f.Message)
+		if f.TimedOut {
+			msg = fmt.Sprintf("gave up staging %s under %s: %s; letting the slot go to the next node", short(img), id, f.Message)
+		}
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}, true
+	}
+	if f.Grant == id && o.Now.Before(f.RetryAt) {
+		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
+			Message: f.prefix() + fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}, true
+	}
+	return Action{}, false
 }
 
 // stageOrWait is rule 5.
@@ -516,18 +561,8 @@ func stageOrWait(o Observation) Action {
 		}
 		return cancel(o, "the desired image changed to "+short(img))
 	}
-	if f.exhausted(g.ID) {
-		msg := fmt.Sprintf("gave up staging %s under %s after %d failed attempts (last: %s); letting the slot go to the next node", short(img), g.ID, f.Attempts, f.Message)
-		if f.TimedOut {
-			msg = fmt.Sprintf("gave up staging %s under %s: %s; letting the slot go to the next node", short(img), g.ID, f.Message)
-		}
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseWaiting, Reason: f.reason(), Message: f.prefix() + msg}
-	}
-	// A new grant starts with fresh attempts and no delay: other nodes had
-	// their turn in between.
-	if f != nil && f.Grant == g.ID && o.Now.Before(f.RetryAt) {
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStageFailed,
-			Message: f.prefix() + fmt.Sprintf("staging %s failed (attempt %d of %d): %s; retrying at %s", short(img), f.Attempts, lease.MaxStageAttempts, f.Message, f.RetryAt.UTC().Format(time.RFC3339))}
+	if a, ok := backoff(o, f, g.ID); ok {
+		return a
 	}
 	return Action{Kind: Stage, Phase: fleetv1.PhaseStaging, Reason: fleetv1.ReasonStaging, Image: img, Grant: g.ID, Enforce: o.RequireSigned, Message: "Staging " + short(img)}
 }

@@ -1,4 +1,4 @@
-package agent_test
+package integration_test
 
 import (
 	"context"
@@ -31,7 +31,7 @@ type statusLog struct {
 
 func watchStatus(t *testing.T, node string) *statusLog {
 	t.Helper()
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	wc, err := client.NewWithWatch(sharedEnv().Config, client.Options{Scheme: sharedEnv().Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent_test
+package integration_test
 
 import (
 	"context"
@@ -42,29 +42,29 @@ func TestRefusedRequestsShowOnTheBootcNode(t *testing.T) {
 	b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}}
-	if err := env.Client.Create(ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := sharedEnv().Client.Create(ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if err := env.Client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := sharedEnv().Client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	bindings = append(bindings, b)
 	t.Cleanup(func() {
 		for _, b := range bindings {
-			_ = env.Client.Delete(context.Background(), b)
+			_ = sharedEnv().Client.Delete(context.Background(), b)
 		}
-		_ = env.Client.Delete(context.Background(), role)
+		_ = sharedEnv().Client.Delete(context.Background(), role)
 	})
 	h := &harness{t: t, node: node, m: m, bootc: newMemBootc(m), host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
-	h.k = &integration.Coordinator{C: env.Client, Pool: "pool-" + node}
+	h.k = &integration.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node}
 	// The Role a later binding refers to.
-	if err := envtest.Apply(ctx, env.Client, filepath.Join(envtest.RepoRoot(), "packaging/rbac/agent.yaml")); err != nil {
+	if err := envtest.Apply(ctx, sharedEnv().Client, filepath.Join(envtest.RepoRoot(), "packaging/rbac/agent.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.k.EnsureBootcNode(ctx, node, imgV2, ""); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := env.AddUser(user)
+	rc, err := sharedEnv().AddUser(user)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +100,10 @@ func TestRefusedRequestsShowOnTheBootcNode(t *testing.T) {
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: lease.Namespace},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "bootc-fleet-agent"},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}}}
-	if err := env.Client.Create(ctx, rb); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := sharedEnv().Client.Create(ctx, rb); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), rb) })
+	t.Cleanup(func() { _ = sharedEnv().Client.Delete(context.Background(), rb) })
 	h.wait("APIAccess=True and a full report", func(s fleetv1.BootcNodeStatus) bool {
 		c := meta.FindStatusCondition(s.Conditions, fleetv1.ConditionAPIAccess)
 		return c != nil && c.Status == metav1.ConditionTrue && s.Phase == fleetv1.PhaseWaiting && s.BootID == m.BootID()
@@ -124,15 +124,15 @@ func TestReadyAfterGraceWhenBootcStatusKeepsFailing(t *testing.T) {
 		k.StatusFailure = &testbootc.Failure{ExitCode: 1, Stderr: "error: opening sysroot: simulated failure"}
 	})
 	h := &harness{t: t, node: node, m: m, bootc: newMemBootc(m), host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
-	h.k = &integration.Coordinator{C: env.Client, Pool: "pool-" + node}
+	h.k = &integration.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node}
 	ctx := context.Background()
 	if err := h.k.EnsureBootcNode(ctx, node, imgV2, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := envtest.Apply(ctx, env.Client, filepath.Join(envtest.RepoRoot(), "packaging/rbac/agent.yaml")); err != nil {
+	if err := envtest.Apply(ctx, sharedEnv().Client, filepath.Join(envtest.RepoRoot(), "packaging/rbac/agent.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := env.AddUser("system:node:"+node, "system:nodes")
+	rc, err := sharedEnv().AddUser("system:node:"+node, "system:nodes")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent_test
+package integration_test
 
 import (
 	"context"
@@ -25,9 +25,9 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
 
-var env *envtest.Env
-
-func TestMain(m *testing.M) { envtest.Main(m, &env) }
+// sharedEnv is the API server this package's TestMain started (with the
+// agent's RBAC and admission policies applied).
+func sharedEnv() *envtest.Env { return integration.SharedEnv() }
 
 var (
 	imgV1 = "quay.io/example/os@sha256:" + strings.Repeat("1", 64)
@@ -175,7 +175,7 @@ func startWith(t *testing.T, node string, settle time.Duration, desired string, 
 		bootc:  newMemBootc(m),
 		host:   &memHost{m: m},
 		notify: &memNotifier{},
-		k:      &integration.Coordinator{C: env.Client, Pool: "pool-" + node},
+		k:      &integration.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node},
 		state:  t.TempDir(),
 		tweak:  tweak,
 	}
@@ -190,11 +190,11 @@ func (h *harness) run(settle time.Duration) {
 	// The node's own identity, confined as on a production cluster: the
 	// agent's RBAC and admission policies, NodeRestriction on.
 	root := envtest.RepoRoot()
-	if err := envtest.Apply(context.Background(), env.Client, filepath.Join(root, "packaging/rbac/agent.yaml"),
+	if err := envtest.Apply(context.Background(), sharedEnv().Client, filepath.Join(root, "packaging/rbac/agent.yaml"),
 		filepath.Join(root, "packaging/policy/agent-policy.yaml")); err != nil {
 		h.t.Fatal(err)
 	}
-	rc, err := env.AddUser("system:node:"+h.node, "system:nodes")
+	rc, err := sharedEnv().AddUser("system:node:"+h.node, "system:nodes")
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -1,0 +1,354 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+)
+
+var (
+	imgV1 = "quay.io/example/os@sha256:" + strings.Repeat("1", 64)
+	imgV2 = "quay.io/example/os@sha256:" + strings.Repeat("2", 64)
+)
+
+// memAPI is agent.API over controller-runtime's fake client: the runner's
+// tests need no API server. It models what the agent relies on: the
+// server assigns a UID on create, a status merge patch changes only the
+// status, and every write of the spec or a Lease wakes the agent (as its
+// informers do); the agent's own status writes do not.
+type memAPI struct {
+	c     client.WithWatch
+	node  string
+	pokes chan struct{}
+
+	mu sync.Mutex
+	// refuseReads makes every consistent read of a Lease fail with 403.
+	refuseReads bool
+	reads       int
+	writes      []fleetv1.BootcNodeStatus
+}
+
+func newMemAPI(t *testing.T, node string) *memAPI {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := fleetv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	a := &memAPI{node: node, pokes: make(chan struct{}, 1)}
+	wrote := func(err error) error {
+		if err == nil {
+			a.poke()
+		}
+		return err
+	}
+	a.c = fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&fleetv1.BootcNode{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+				if o.GetUID() == "" {
+					o.SetUID(uuid.NewUUID()) // as the API server does
+				}
+				return wrote(c.Create(ctx, o, opts...))
+			},
+			Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+				return wrote(c.Update(ctx, o, opts...))
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+				return wrote(c.Delete(ctx, o, opts...))
+			},
+		}).Build()
+	return a
+}
+
+func (a *memAPI) poke() {
+	select {
+	case a.pokes <- struct{}{}:
+	default:
+	}
+}
+
+func (a *memAPI) Start(context.Context)    {}
+func (a *memAPI) Synced() bool             { return true }
+func (a *memAPI) Changed() <-chan struct{} { return a.pokes }
+func (a *memAPI) Host() string             { return "memory" }
+func (a *memAPI) ListErrors() map[string]error {
+	return map[string]error{}
+}
+func (a *memAPI) ClearListError(string) {}
+
+func (a *memAPI) BootcNode() *fleetv1.BootcNode {
+	n := &fleetv1.BootcNode{}
+	if err := a.c.Get(context.Background(), client.ObjectKey{Name: a.node}, n); err != nil {
+		return nil
+	}
+	return n
+}
+
+func (a *memAPI) Leases() []*coordinationv1.Lease {
+	var l coordinationv1.LeaseList
+	if err := a.c.List(context.Background(), &l, client.InNamespace(lease.Namespace),
+		client.MatchingLabels{lease.LabelHolder: a.node}); err != nil {
+		return nil
+	}
+	out := make([]*coordinationv1.Lease, 0, len(l.Items))
+	for i := range l.Items {
+		out = append(out, &l.Items[i])
+	}
+	return out
+}
+
+func (a *memAPI) ReadLease(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	a.mu.Lock()
+	a.reads++
+	refuse := a.refuseReads
+	a.mu.Unlock()
+	if refuse {
+		return nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), name, errors.New("refused by the test"))
+	}
+	l := &coordinationv1.Lease{}
+	if err := a.c.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: name}, l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (a *memAPI) PatchStatus(ctx context.Context, body []byte) error {
+	n := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: a.node}}
+	if err := a.c.Status().Patch(ctx, n, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.writes = append(a.writes, n.Status)
+	a.mu.Unlock()
+	return nil
+}
+
+// status is the BootcNode's status as last written.
+func (a *memAPI) status() fleetv1.BootcNodeStatus {
+	if n := a.BootcNode(); n != nil {
+		return n.Status
+	}
+	return fleetv1.BootcNodeStatus{}
+}
+
+// countHost counts reboot requests; the test plays the reboot on the machine.
+type countHost struct {
+	m        *testbootc.Machine
+	mu       sync.Mutex
+	reboots  int
+	softOnes int
+}
+
+func (h *countHost) BootID() (string, error) { return h.m.BootID(), nil }
+func (h *countHost) SoftRebootsCount(context.Context) (uint32, bool, error) {
+	return h.m.State().SoftRebootCount, true, nil
+}
+func (h *countHost) Reboot(context.Context) error {
+	h.mu.Lock()
+	h.reboots++
+	h.mu.Unlock()
+	return nil
+}
+func (h *countHost) SoftReboot(context.Context) error {
+	h.mu.Lock()
+	h.softOnes++
+	h.mu.Unlock()
+	return nil
+}
+func (h *countHost) count() int { h.mu.Lock(); defer h.mu.Unlock(); return h.reboots + h.softOnes }
+
+// unit is one agent run against memAPI and an in-memory test bootc.
+type unit struct {
+	t     *testing.T
+	api   *memAPI
+	m     *testbootc.Machine
+	host  *countHost
+	k     *integration.Coordinator
+	state string
+	steps chan agent.Step
+}
+
+func startUnit(t *testing.T, node string) *unit {
+	t.Helper()
+	m, err := testbootc.NewBooted(imgV1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unit{t: t, api: newMemAPI(t, node), m: m, host: &countHost{m: m}, state: t.TempDir(), steps: make(chan agent.Step, 64)}
+	u.k = &integration.Coordinator{C: u.api.c, Pool: "pool-" + node}
+	if err := u.k.EnsureBootcNode(context.Background(), node, imgV2, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	cfg := agent.Config{NodeName: node, StateDir: u.state, PollInterval: 2 * time.Second,
+		RereadInterval: 50 * time.Millisecond, SettleTimeout: time.Minute, WaitingHold: time.Millisecond, Version: "test"}
+	go func() {
+		done <- agent.Run(ctx, cfg, agent.Deps{API: u.api, Bootc: &bootc.CLI{Runner: testbootc.NewMem(m)}, Host: u.host,
+			Log:   slog.New(slog.NewTextHandler(testLog{t}, nil)),
+			Trace: func(s agent.Step) { u.steps <- s }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return u
+}
+
+func (u *unit) wait(what string, ok func(fleetv1.BootcNodeStatus) bool) fleetv1.BootcNodeStatus {
+	u.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := u.api.status()
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			u.t.Fatalf("timed out waiting for %s; status %s/%s: %s", what, st.Phase, st.Reason, st.Message)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The runner against an in-memory API: it stages only under a stage grant
+// of this boot, reboots exactly once under a reboot grant in phase Reboot,
+// each disruptive step right after its grant was confirmed, and reports the
+// node up to date in the new boot.
+func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
+	u := startUnit(t, "unit-a")
+	ctx := context.Background()
+	boot1 := u.m.BootID()
+	u.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	if _, err := u.k.Grant(ctx, lease.KindStage, 0, "unit-a", imgV2, boot1, ""); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	if s := u.m.State().Staged; s == nil || s.Image != imgV2 || !s.DownloadOnly {
+		t.Fatalf("staged = %+v, want %s download-only", s, imgV2)
+	}
+	if err := u.k.Revoke(ctx, lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.k.Grant(ctx, lease.KindReboot, 0, "unit-a", imgV2, boot1, lease.PhaseReboot); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting))
+	deadline := time.Now().Add(30 * time.Second)
+	for u.host.count() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if u.host.count() != 1 {
+		t.Fatalf("%d reboot requests, want 1", u.host.count())
+	}
+	rec, err := record.Store{Dir: u.state}.Read()
+	if err != nil || rec == nil || rec.Image != imgV2 || rec.BootID != boot1 {
+		t.Fatalf("reboot record = %+v, %v", rec, err)
+	}
+	u.m.Reboot(testbootc.RebootOptions{})
+	u.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	if u.host.count() != 1 {
+		t.Fatalf("%d reboot requests, want 1", u.host.count())
+	}
+	var kinds []string
+	for len(u.steps) > 0 {
+		kinds = append(kinds, (<-u.steps).Kind)
+	}
+	if strings.Join(kinds, ",") != "stage,apply,reboot" {
+		t.Fatalf("confirmed steps %v, want stage, apply, reboot", kinds)
+	}
+}
+
+// A grant the consistent read does not show (here: the read is refused) is
+// never acted on: no stage, and the APIAccess condition says why.
+func TestRunnerRefusedConfirmNeverStages(t *testing.T) {
+	u := startUnit(t, "unit-b")
+	u.k.LeaseSeconds = 8 // the re-seen grant's first heartbeat comes within 2 s
+	u.api.mu.Lock()
+	u.api.refuseReads = true
+	u.api.mu.Unlock()
+	if _, err := u.k.Grant(context.Background(), lease.KindStage, 0, "unit-b", imgV2, u.m.BootID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("the refusal on the BootcNode", func(s fleetv1.BootcNodeStatus) bool {
+		for _, c := range s.Conditions {
+			if c.Type == fleetv1.ConditionAPIAccess && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "get lease") {
+				return true
+			}
+		}
+		return false
+	})
+	if s := u.m.State().Staged; s != nil {
+		t.Fatalf("staged %+v under a grant no read confirmed", s)
+	}
+	if len(u.steps) != 0 {
+		t.Fatalf("a step was taken: %+v", <-u.steps)
+	}
+	// Once reads work again, the grant is confirmed and the stage runs.
+	u.api.mu.Lock()
+	u.api.refuseReads = false
+	u.api.mu.Unlock()
+	if _, err := u.k.Grant(context.Background(), lease.KindStage, 0, "unit-b", imgV2, u.m.BootID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+}
+
+// A stage whose grant is revoked is cancelled (bootc is stopped), and the
+// node waits for a slot again.
+func TestRunnerCancelsStageOnRevoke(t *testing.T) {
+	u := startUnit(t, "unit-c")
+	u.m.Configure(func(k *testbootc.Knobs) { k.SwitchHang = true })
+	if _, err := u.k.Grant(context.Background(), lease.KindStage, 0, "unit-c", imgV2, u.m.BootID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Staging", integration.PhaseIs(fleetv1.PhaseStaging, fleetv1.ReasonStaging))
+	select {
+	case s := <-u.steps:
+		if s.Kind != decide.StepStage {
+			t.Fatalf("first step %q, want stage", s.Kind)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no stage started")
+	}
+	if err := u.k.Revoke(context.Background(), lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Waiting again", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	if s := u.m.State().Staged; s != nil {
+		t.Fatalf("staged %+v after the cancel", s)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
