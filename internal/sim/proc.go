@@ -226,13 +226,13 @@ func StartProcFleet(ctx context.Context, opts ProcOptions) (_ *ProcFleet, err er
 		}
 		f.Nodes = append(f.Nodes, n)
 	}
-	if err := f.startCoordinator(ctx); err != nil {
+	if err := f.startCoordinator(); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-func (f *ProcFleet) startCoordinator(ctx context.Context) error {
+func (f *ProcFleet) startCoordinator() error {
 	if f.opts.Replicas > 1 {
 		for i := 0; i < f.opts.Replicas; i++ {
 			if _, err := f.StartReplica(); err != nil {

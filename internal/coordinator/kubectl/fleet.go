@@ -344,9 +344,9 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 	case pos > 1:
 		ahead = fmt.Sprintf("%d nodes ahead", pos)
 	}
-	max := v.budget.MaxStaging
+	capacity := v.budget.MaxStaging
 	if k == lease.KindReboot {
-		max = v.budget.MaxUnavailable
+		capacity = v.budget.MaxUnavailable
 	}
 	hs := v.holders(k)
 	var who []string
@@ -357,7 +357,7 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 		}
 		who = append(who, w)
 	}
-	text := fmt.Sprintf("waiting for a %s slot: %d of %d held", k, len(hs), max)
+	text := fmt.Sprintf("waiting for a %s slot: %d of %d held", k, len(hs), capacity)
 	if len(who) > 0 {
 		text += " by " + andList(who)
 	}

@@ -98,7 +98,7 @@ func (p *planner) trackBack(s Slot, n Node, back bool) {
 
 // readyLongEnough: the holder has been back for minReadySeconds, as the
 // slot records it (trackBack sets the record in this plan at the earliest).
-func (p *planner) readyLongEnough(s Slot, n Node) bool {
+func (p *planner) readyLongEnough(s Slot) bool {
 	if p.minReady() <= 0 {
 		return true
 	}

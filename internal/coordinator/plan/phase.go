@@ -15,25 +15,25 @@ import (
 type SlotPhase string
 
 const (
-	// PhaseFree: nobody holds the slot; it may be granted.
+	// PhaseFree means nobody holds the slot; it may be granted.
 	PhaseFree SlotPhase = "Free"
-	// PhaseStaging: a stage grant; its holder downloads and stages the image
+	// PhaseStaging is a stage grant; its holder downloads and stages the image
 	// locked (download-only).
 	PhaseStaging SlotPhase = fleetv1.RolloutStaging
-	// PhaseDraining: a reboot grant in the Lease's phase Draining; the
+	// PhaseDraining is a reboot grant in the Lease's phase Draining; the
 	// coordinator cordons and drains the holder, no reboot yet.
 	PhaseDraining SlotPhase = fleetv1.RolloutDraining
-	// PhaseRebooting: a reboot grant in the Lease's phase Reboot; the holder
+	// PhaseRebooting is a reboot grant in the Lease's phase Reboot; the holder
 	// may reboot once, and the slot is released once it is verified back.
 	PhaseRebooting SlotPhase = fleetv1.RolloutRebooting
-	// PhaseVerifying: a reboot grant in phase Reboot whose holder was found
+	// PhaseVerifying is a reboot grant in phase Reboot whose holder was found
 	// back on the image (back-since, or came-back under this grant): the
 	// slot is released once it has stayed back for minReadySeconds.
 	PhaseVerifying SlotPhase = fleetv1.RolloutVerifying
-	// PhaseFailed: a reboot grant in phase Reboot marked failed (its holder
+	// PhaseFailed is a reboot grant in phase Reboot marked failed (its holder
 	// did not come back within rebootTimeout); it stays held.
 	PhaseFailed SlotPhase = fleetv1.RolloutFailed
-	// PhaseMalformed: the Lease is not a valid grant nor a clean free slot;
+	// PhaseMalformed means the Lease is not a valid grant nor a clean free slot;
 	// the coordinator resets it to free.
 	PhaseMalformed SlotPhase = "Malformed"
 )
@@ -87,5 +87,5 @@ func (ph SlotPhase) afterDrain() bool {
 	return ph == PhaseRebooting || ph == PhaseVerifying || ph == PhaseFailed
 }
 
-// Grant: the phase is a valid grant's (neither free nor malformed).
+// Grant reports whether the phase is a valid grant's (neither free nor malformed).
 func (ph SlotPhase) Grant() bool { return ph != PhaseFree && ph != PhaseMalformed }

@@ -409,9 +409,9 @@ func (p *planner) rebootPolicy() fleetv1.RebootPolicy {
 	return p.in.Pool.Spec.RebootPolicy
 }
 
-func joinMax(items []string, max int) string {
-	if len(items) <= max {
+func joinMax(items []string, limit int) string {
+	if len(items) <= limit {
 		return strings.Join(items, ", ")
 	}
-	return strings.Join(items[:max], ", ") + fmt.Sprintf(" and %d more", len(items)-max)
+	return strings.Join(items[:limit], ", ") + fmt.Sprintf(" and %d more", len(items)-limit)
 }

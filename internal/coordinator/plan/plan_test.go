@@ -115,7 +115,7 @@ func TestStageGrantRequiresFreshAgentStatus(t *testing.T) {
 		mutate func(w *world)
 		want   bool
 	}{
-		{"agent reported in the kubelet's boot", func(w *world) {}, true},
+		{"agent reported in the kubelet's boot", func(*world) {}, true},
 		{"agent status from an earlier boot", func(w *world) { w.nodes["node-00"].BootID = bootID("node-00", 2) }, false},
 		{"kubelet reports no boot ID", func(w *world) { w.nodes["node-00"].BootID = "" }, false},
 		{"node NotReady", func(w *world) { w.nodes["node-00"].Ready = false }, false},
@@ -261,7 +261,7 @@ func TestRebootGrantRequiresStagedTargetInCurrentBoot(t *testing.T) {
 		mutate func(w *world)
 		want   bool
 	}{
-		{"staged download-only, Ready, fresh", func(w *world) {}, true},
+		{"staged download-only, Ready, fresh", func(*world) {}, true},
 		{"staged but not download-only", func(w *world) { w.bns["node-00"].Status.Staged.DownloadOnly = false }, false},
 		{"staged another image", func(w *world) { w.agentReports("node-00", imgV0, imgV2, fleetv1.PhaseStaged) }, false},
 		{"status from an earlier boot", func(w *world) { w.nodes["node-00"].BootID = bootID("node-00", 9) }, false},
@@ -287,7 +287,7 @@ func TestRebootGrantsBoundedByUnavailableNodes(t *testing.T) {
 		want    []string
 		cordons []bool
 	}{
-		{"all healthy: maxUnavailable grants", func(w *world) {}, []string{"node-00", "node-01", "node-02"}, []bool{true, true, true}},
+		{"all healthy: maxUnavailable grants", func(*world) {}, []string{"node-00", "node-01", "node-02"}, []bool{true, true, true}},
 		{"one NotReady node takes one slot's budget", func(w *world) { w.nodes["node-05"].Ready = false }, []string{"node-00", "node-01"}, []bool{true, true}},
 		{"a node cordoned by someone else is granted first, at no extra cost", func(w *world) { w.nodes["node-05"].Unschedulable = true },
 			[]string{"node-05", "node-00", "node-01"}, []bool{false, true, true}},
@@ -421,7 +421,7 @@ func TestRebootSlotReleasedOnlyWhenVerified(t *testing.T) {
 		want   bool
 	}{
 		{"Ready, new boot equal to the kubelet's, booted target", back, true},
-		{"not rebooted yet", func(w *world) {}, false},
+		{"not rebooted yet", func(*world) {}, false},
 		{"node NotReady", func(w *world) { back(w); w.nodes["node-00"].Ready = false }, false},
 		{"agent status still from the old boot", func(w *world) {
 			w.reboot("node-00")

@@ -38,7 +38,7 @@ func newIndex(t *testing.T, dgst string, entries map[indexEntry]imageref.Pinned)
 
 // mixedWorld is a pool of node-00 (amd64), node-01 (arm64), node-02 (amd64)
 // and node-03 (arch), booted on imgV0 and waiting, rolling out index ix.
-func mixedWorld(t *testing.T, ix *platform.Index, arch3 string) *world {
+func mixedWorld(ix *platform.Index, arch3 string) *world {
 	w := newWorld(4, 1, 4)
 	for name, arch := range map[string]string{"node-00": "amd64", "node-01": "arm64", "node-02": "amd64", "node-03": arch3} {
 		w.nodes[name].OS, w.nodes[name].Arch = "linux", arch
@@ -93,7 +93,7 @@ func TestEachNodeIsGivenItsPlatformsImage(t *testing.T) {
 			if c.index != nil {
 				ix = c.index(t)
 			}
-			w := mixedWorld(t, ix, c.arch3)
+			w := mixedWorld(ix, c.arch3)
 			if c.index == nil {
 				w.index = nil
 				w.step()
@@ -150,7 +150,7 @@ func TestEachNodeIsGivenItsPlatformsImage(t *testing.T) {
 }
 
 func TestIndexRolloutConvergesEachNodeOnItsPlatformImage(t *testing.T) {
-	w := mixedWorld(t, twoArch(t), "arm64")
+	w := mixedWorld(twoArch(t), "arm64")
 	w.converge(60, func(out Output) {
 		for _, c := range out.Changes {
 			if c.Op == OpGrant && c.Image == imgIndex {
@@ -187,7 +187,7 @@ func TestRebootVerifiedOnlyOnTheNodesPlatformImage(t *testing.T) {
 		{"another platform's image", imgAMD, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := mixedWorld(t, twoArch(t), "arm64")
+			w := mixedWorld(twoArch(t), "arm64")
 			w.agentReports("node-01", imgV0, imgARM, fleetv1.PhaseStaged)
 			w.step() // reboot grant for node-01
 			s, ok := w.grantOf("node-01", lease.KindReboot)
@@ -213,7 +213,7 @@ func TestRebootVerifiedOnlyOnTheNodesPlatformImage(t *testing.T) {
 }
 
 func TestNodeWithoutPlatformImageNeitherWedgesNorCountsAsDone(t *testing.T) {
-	w := mixedWorld(t, twoArch(t), "s390x")
+	w := mixedWorld(twoArch(t), "s390x")
 	out := w.plan()
 	var bnEvents []Event
 	for _, e := range out.Events {
@@ -279,7 +279,7 @@ func hasBootcNodeEvent(out Output, bn, reason, substr string) bool {
 }
 
 func TestNewIndexMovesEachNodesTarget(t *testing.T) {
-	w := mixedWorld(t, twoArch(t), "arm64")
+	w := mixedWorld(twoArch(t), "arm64")
 	w.agentReports("node-01", imgV0, imgARM, fleetv1.PhaseStaged)
 	w.step() // node-01 reboot grant (Draining); the others stage
 	if s, ok := w.grantOf("node-01", lease.KindReboot); !ok || s.Grant.Image != imgARM {
@@ -316,7 +316,7 @@ func TestNewIndexMovesEachNodesTarget(t *testing.T) {
 }
 
 func TestTargetOfUnknownKindKeepsEachNodesDesiredImage(t *testing.T) {
-	w := mixedWorld(t, twoArch(t), "arm64")
+	w := mixedWorld(twoArch(t), "arm64")
 	w.step()
 	before := map[string]string{}
 	for name, bn := range w.bns {

@@ -31,7 +31,7 @@ func TestRebootGrantOverUnverifiedStageIsRevokedOnceProvablyUnused(t *testing.T)
 		mutate func(w *world)
 		revoke bool
 	}{
-		{"agent acts on the signed spec, waits with the stage locked", func(w *world) {}, true},
+		{"agent acts on the signed spec, waits with the stage locked", func(*world) {}, true},
 		{"agent has not acted on the signed spec yet", func(w *world) { w.bns["node-00"].Status.ObservedGeneration-- }, false},
 		{"agent reports Rebooting", func(w *world) { w.bns["node-00"].Status.Phase = fleetv1.PhaseRebooting }, false},
 		{"staged deployment unlocked", func(w *world) { w.bns["node-00"].Status.Staged.DownloadOnly = false }, false},

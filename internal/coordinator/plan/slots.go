@@ -167,7 +167,7 @@ func (p *planner) endReboot(h heldSlot) (done bool) {
 	back, soft := p.verifiedBack(n, st, g)
 	p.trackBack(s, n, back)
 	switch {
-	case back && !p.readyLongEnough(s, n):
+	case back && !p.readyLongEnough(s):
 		// Back, but not for minReadySeconds yet (pacing.go).
 	case back:
 		p.releaseVerified(h, soft)

@@ -73,7 +73,7 @@ func transitions(groups ...[]Transition) []Transition {
 	return out
 }
 
-// Allowed: t is in Transitions.
+// Allowed reports whether t is in Transitions.
 func (t Transition) Allowed() bool {
 	for _, x := range Transitions {
 		if x == t {

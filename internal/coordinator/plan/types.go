@@ -112,9 +112,12 @@ type Node struct {
 type SlotState int
 
 const (
+	// SlotFree means nobody holds the slot.
 	SlotFree SlotState = iota
+	// SlotHeld means the slot holds a valid grant.
 	SlotHeld
-	// SlotMalformed: held or damaged in a way that is not a valid grant.
+	// SlotMalformed means the slot is held or damaged in a way that is not
+	// a valid grant.
 	SlotMalformed
 )
 
@@ -163,6 +166,8 @@ type Slot struct {
 // DrainState is where a node's drain is.
 type DrainState string
 
+// The states of a drain attempt: running, done, or failed (it did not
+// finish in time or errored; it is retried).
 const (
 	DrainRunning DrainState = "Running"
 	DrainDone    DrainState = "Done"

@@ -23,28 +23,31 @@ import (
 type Kind string
 
 const (
-	// LeaseVersion: a new version of a slot Lease (from a watch).
+	// LeaseVersion is a new version of a slot Lease (from a watch).
 	LeaseVersion Kind = "LeaseVersion"
-	// Cordon / Uncordon: a Node's spec.unschedulable changed (from a watch).
-	Cordon   Kind = "Cordon"
+	// Cordon is a Node's spec.unschedulable turning true (from a watch).
+	Cordon Kind = "Cordon"
+	// Uncordon is a Node's spec.unschedulable turning false (from a watch).
 	Uncordon Kind = "Uncordon"
-	// StageStart / StageEnd: bootc switch --download-only began / ended.
+	// StageStart is bootc switch --download-only beginning.
 	StageStart Kind = "StageStart"
-	StageEnd   Kind = "StageEnd"
-	// Apply: bootc upgrade --from-downloaded ran.
+	// StageEnd is bootc switch --download-only ending.
+	StageEnd Kind = "StageEnd"
+	// Apply is a run of bootc upgrade --from-downloaded.
 	Apply Kind = "Apply"
-	// Unlocked: after a bootc command the node has an unlocked staged
-	// deployment of Image (a shutdown would apply it). It must be under a
-	// grant (stage or reboot) for that image and boot.
+	// Unlocked means that after a bootc command the node has an unlocked
+	// staged deployment of Image (a shutdown would apply it). It must be
+	// under a grant (stage or reboot) for that image and boot.
 	Unlocked Kind = "Unlocked"
-	// Reboot: the agent asked logind to reboot; Soft marks a soft reboot
+	// Reboot is the agent asking logind to reboot; Soft marks a soft reboot
 	// (RebootWithFlags with SD_LOGIND_SOFT_REBOOT), which is a reboot for
 	// every invariant: gated, cordoned, one per grant.
 	Reboot Kind = "Reboot"
-	// UnplannedReboot: the harness rebooted a node on its own (power loss).
+	// UnplannedReboot is the harness rebooting a node on its own (power
+	// loss).
 	UnplannedReboot Kind = "UnplannedReboot"
-	// Boot: the node came up in a new boot (BootID, SoftRebootCount; Soft
-	// for a soft reboot, which keeps the boot ID).
+	// Boot is the node coming up in a new boot (BootID, SoftRebootCount;
+	// Soft for a soft reboot, which keeps the boot ID).
 	Boot Kind = "Boot"
 )
 
