@@ -12,6 +12,7 @@ package packaging
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,7 +53,8 @@ func tools(t *testing.T) (kubectl, helm string) {
 	helmOnce.Do(func() {
 		out, err := exec.Command("bash", filepath.Join(root, "packaging", "install-helm.sh")).Output()
 		helmPath, helmError = strings.TrimSpace(string(out)), err
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			helmError = fmt.Errorf("%w\n%s", err, ee.Stderr)
 		}
 	})

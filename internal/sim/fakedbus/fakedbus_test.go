@@ -3,6 +3,7 @@ package fakedbus
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -96,8 +97,8 @@ func TestLogin1RebootWithFlags(t *testing.T) {
 			defer l.Close()
 			err := dial(t, addr).Object(Login1Name, Login1Path).Call(Login1Iface+".RebootWithFlags", 0, tc.arg).Err
 			if tc.wantErr != "" {
-				de, ok := err.(dbus.Error)
-				if !ok || de.Name != tc.wantErr || !strings.Contains(fmt.Sprint(de.Body...), tc.wantMsg) {
+				var de dbus.Error
+				if !errors.As(err, &de) || de.Name != tc.wantErr || !strings.Contains(fmt.Sprint(de.Body...), tc.wantMsg) {
 					t.Fatalf("RebootWithFlags(%v) = %v (%T), want %s %q", tc.arg, err, err, tc.wantErr, tc.wantMsg)
 				}
 				if full.Load()+soft.Load() != 0 || len(l.RebootCalls()) != 0 {
@@ -192,7 +193,8 @@ func TestSystemd1Property(t *testing.T) {
 	var v dbus.Variant
 	err := dial(t, addr2).Object(Systemd1Name, Systemd1Path).
 		Call("org.freedesktop.DBus.Properties.Get", 0, Systemd1Iface, "SoftRebootsCount").Store(&v)
-	if de, ok := err.(dbus.Error); !ok || de.Name != ErrUnknownProperty {
+	var de dbus.Error
+	if !errors.As(err, &de) || de.Name != ErrUnknownProperty {
 		t.Fatalf("old systemd Get = %v (%T), want %s", err, err, ErrUnknownProperty)
 	}
 }

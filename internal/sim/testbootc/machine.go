@@ -143,7 +143,11 @@ const (
 type SoftRebootMode string
 
 const (
-	SoftRebootAuto     SoftRebootMode = "auto"
+	// SoftRebootAuto prepares a soft reboot when the staged deployment can
+	// take one, and nothing otherwise.
+	SoftRebootAuto SoftRebootMode = "auto"
+	// SoftRebootRequired prepares a soft reboot, and fails (after the
+	// unlock) when the staged deployment cannot take one.
 	SoftRebootRequired SoftRebootMode = "required"
 )
 
@@ -333,7 +337,7 @@ func (m *Machine) needsFetch() bool {
 	if pd, ok := m.s.Knobs.ManifestLists[d]; ok {
 		d = pd
 	}
-	return !(m.s.Staged != nil && m.s.Staged.Digest == d || m.s.Booted != nil && m.s.Booted.Digest == d)
+	return (m.s.Staged == nil || m.s.Staged.Digest != d) && (m.s.Booted == nil || m.s.Booted.Digest != d)
 }
 
 // specLocked is spec.image: what the host tracks (bootc status.rs takes it
@@ -607,8 +611,10 @@ func clone(s State) State {
 // Duration is a time.Duration written as "1.5s" in JSON.
 type Duration time.Duration
 
+// MarshalJSON writes d as a duration string ("1.5s").
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
+// UnmarshalJSON reads a duration string ("1.5s"), as time.ParseDuration does.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {

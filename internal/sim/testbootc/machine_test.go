@@ -110,7 +110,7 @@ func TestDocumentsMatchSchemaAndParse(t *testing.T) {
 			m.Configure(func(k *Knobs) { k.APIVersion = bootc.APIVersionV1Alpha1 })
 			return m
 		}, wantDoc{booted: dA}},
-		{"nothing booted", func(t *testing.T) *Machine { return NewMachine(State{}) }, wantDoc{}},
+		{"nothing booted", func(*testing.T) *Machine { return NewMachine(State{}) }, wantDoc{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,7 +209,7 @@ func TestMachineReboots(t *testing.T) {
 				t.Fatalf("staged image %q, want the reference as given %q", st.Image, refB)
 			}
 		}, wantDoc{booted: dA, staged: dC, stagedLocked: true}, false, 0},
-		{"reboot with nothing staged changes only the boot", Knobs{}, func(t *testing.T, m *Machine) {
+		{"reboot with nothing staged changes only the boot", Knobs{}, func(_ *testing.T, m *Machine) {
 			m.Reboot(RebootOptions{})
 		}, wantDoc{booted: dA}, true, 0},
 		{"switch replaces a staged image", Knobs{}, func(t *testing.T, m *Machine) {

@@ -328,7 +328,7 @@ func (r policyRequirement) accepts(keys []*ecdsa.PublicKey, img policyImage, s s
 	}
 	sig, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
-		return fmt.Errorf("base64 decoding: %v", err)
+		return fmt.Errorf("base64 decoding: %w", err)
 	}
 	var failures []string
 	verified := false

@@ -227,7 +227,7 @@ func chooseInstance(mt string, body []byte) (string, error) {
 		if p == nil || p.OS != "linux" || p.Architecture != arch {
 			continue
 		}
-		if p.Variant != "" && p.Variant != variant && !(arch == "arm64" && p.Variant == "v8") && !(arch == "amd64" && p.Variant == "v1") {
+		if p.Variant != "" && p.Variant != variant && (arch != "arm64" || p.Variant != "v8") && (arch != "amd64" || p.Variant != "v1") {
 			continue
 		}
 		if !isSHA256Digest(m.Digest) {
