@@ -166,7 +166,7 @@ func (n *Node) watchAgent(b *Boot, bl *BootLog) (gone <-chan struct{}, stop func
 	sd := conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1")
 	if err := sd.CallWithContext(ctx, "org.freedesktop.systemd1.Manager.Subscribe", 0).Err; err != nil {
 		conn.Close()
-		return nil, nil, fmt.Errorf("Subscribe: %w", err)
+		return nil, nil, fmt.Errorf("systemd Subscribe: %w", err)
 	}
 	path := unitPath(AgentUnit)
 	if err := conn.AddMatchSignalContext(ctx, dbus.WithMatchObjectPath(path),
