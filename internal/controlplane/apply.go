@@ -38,7 +38,8 @@ func Apply(ctx context.Context, c client.Client, files ...string) error {
 			if len(obj.Object) == 0 {
 				continue
 			}
-			if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner("bootc-fleet-tests"), client.ForceOwnership); err != nil {
+			ac := client.ApplyConfigurationFromUnstructured(obj)
+			if err := c.Apply(ctx, ac, client.FieldOwner("bootc-fleet-tests"), client.ForceOwnership); err != nil {
 				return fmt.Errorf("%s: applying %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
 			}
 		}

@@ -310,10 +310,10 @@ func TestRolloutUnderSystemd(t *testing.T) {
 			t.Logf("%s: down for %s (reboot asked inside -> nspawn exit 133 -> next boot running)", n.Name, boots[1].Up.Sub(boots[0].Down).Round(time.Millisecond))
 		}
 	}
-	if max, at := maxDisrupted(f.Events.snapshot()); max > 1 {
-		t.Errorf("%d nodes were cordoned or down at once (maxUnavailable 1), at %s", max, at)
+	if most, at := maxDisrupted(f.Events.snapshot()); most > 1 {
+		t.Errorf("%d nodes were cordoned or down at once (maxUnavailable 1), at %s", most, at)
 	} else {
-		t.Logf("at most %d node cordoned or down at any time", max)
+		t.Logf("at most %d node cordoned or down at any time", most)
 	}
 }
 
@@ -322,7 +322,7 @@ func TestRolloutUnderSystemd(t *testing.T) {
 func maxDisrupted(evs []event) (int, string) {
 	slices.SortStableFunc(evs, func(a, b event) int { return a.At.Compare(b.At) })
 	cordoned, down := map[string]bool{}, map[string]bool{}
-	max, at := 0, ""
+	most, at := 0, ""
 	for _, e := range evs {
 		switch e.What {
 		case evCordon:
@@ -340,11 +340,11 @@ func maxDisrupted(evs []event) (int, string) {
 				now = append(now, n)
 			}
 		}
-		if len(now) > max {
-			max, at = len(now), fmt.Sprintf("%s %s %s: %v", e.At.Format(time.StampMilli), e.Node, e.What, now)
+		if len(now) > most {
+			most, at = len(now), fmt.Sprintf("%s %s %s: %v", e.At.Format(time.StampMilli), e.Node, e.What, now)
 		}
 	}
-	return max, at
+	return most, at
 }
 
 func uniq(ms ...map[string]bool) []string {

@@ -128,8 +128,8 @@ func TestSoftRebootUnderSystemd(t *testing.T) {
 	}
 	checkUnlocks(t, full, []string{"upgrade", "--from-downloaded"})
 
-	if max, at := maxDisrupted(f.Events.snapshot()); max > 1 {
-		t.Errorf("%d nodes were cordoned or down at once (maxUnavailable 1), at %s", max, at)
+	if most, at := maxDisrupted(f.Events.snapshot()); most > 1 {
+		t.Errorf("%d nodes were cordoned or down at once (maxUnavailable 1), at %s", most, at)
 	}
 }
 

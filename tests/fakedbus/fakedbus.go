@@ -25,7 +25,7 @@ type RebootCall = fakedbus.RebootCall
 // FlagSoftReboot is logind's SD_LOGIND_SOFT_REBOOT.
 const FlagSoftReboot = fakedbus.FlagSoftReboot
 
-// ErrNoDaemon: dbus-daemon is not installed.
+// ErrNoDaemon says dbus-daemon is not installed.
 var ErrNoDaemon = fakedbus.ErrNoDaemon
 
 // DaemonPath is the dbus-daemon binary used.

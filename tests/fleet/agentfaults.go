@@ -17,12 +17,12 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
 
-// FailingDownload: with maxStaging 1, the first node in the queue can never
-// download the image. Its agent lets go of the stage grant after
-// MaxStageAttempts failures, the coordinator hands the slot to the next node
-// and queues the failing one last, so the other nodes converge and the pool
-// does not halt (a download failure is not a failed reboot). I1-I5 hold,
-// with the failing node judged unable to converge.
+// FailingDownload runs a rollout with maxStaging 1 in which the first node
+// in the queue can never download the image. Its agent lets go of the stage
+// grant after MaxStageAttempts failures, the coordinator hands the slot to
+// the next node and queues the failing one last, so the other nodes converge
+// and the pool does not halt (a download failure is not a failed reboot).
+// I1-I5 hold, with the failing node judged unable to converge.
 func FailingDownload(ctx context.Context, f *Fleet, seed int64) Result {
 	start := time.Now()
 	name := fmt.Sprintf("pull%04d", seed)
@@ -89,9 +89,10 @@ func FailingDownload(ctx context.Context, f *Fleet, seed int64) Result {
 	return res
 }
 
-// QuietAgent: an agent stops mid-rollout. The pool counts and names its node
-// (status.quiet, condition AgentsReporting) within QuietAfter, and stops
-// doing so once the agent reports again; the rollout then converges.
+// QuietAgent runs a rollout in which an agent stops midway. The pool counts
+// and names its node (status.quiet, condition AgentsReporting) within
+// QuietAfter, and stops doing so once the agent reports again; the rollout
+// then converges.
 //
 // The node is held (fleet.bootc.dev/hold) until its agent is back, so it
 // still has rollout work when its agent stops, whatever the other nodes'

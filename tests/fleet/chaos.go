@@ -23,10 +23,11 @@ import (
 // and cut the API server, faults that every pool of the fleet feels.
 type ClusterFaults int
 
+// How often a chaos seed may draw cluster-wide faults.
 const (
-	NoClusterFaults   ClusterFaults = iota
-	SomeClusterFaults               // one seed in five (a shared fleet)
-	ClusterFaultsOn                 // every seed may (a fleet per seed)
+	NoClusterFaults   ClusterFaults = iota // never
+	SomeClusterFaults                      // one seed in five (a shared fleet)
+	ClusterFaultsOn                        // every seed may (a fleet per seed)
 )
 
 // Fault is one injected fault, logged so a failing seed explains itself.
@@ -39,6 +40,7 @@ type Fault struct {
 // FaultKind names a kind of fault, for the campaign's tally.
 type FaultKind string
 
+// The kinds of fault chaos injects, as the tally names them.
 const (
 	KindAgentCrash        FaultKind = "agent crash"
 	KindCrashBeforeReboot FaultKind = "crash between record and reboot"
@@ -193,7 +195,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	blocked := -1
 	if r.IntN(3) == 0 {
 		blocked = r.IntN(opts.Nodes)
-		if err := f.blockDrain(ctx, p, p.Nodes[blocked].Name); err != nil {
+		if err := f.blockDrain(ctx, p.Nodes[blocked].Name); err != nil {
 			note(KindSetup, "could not set up the PDB: %v", err)
 			blocked = -1
 		} else {
@@ -275,7 +277,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	if blocked >= 0 {
 		plan = append(plan, event{time.Duration(4000+r.IntN(4000)) * time.Millisecond, func() {
 			note(KindPDBRemoved, "the blocking PDB is removed")
-			f.unblockDrain(ctx, p, p.Nodes[blocked].Name)
+			f.unblockDrain(ctx, p.Nodes[blocked].Name)
 		}})
 	}
 	done := make(chan struct{})
@@ -349,7 +351,7 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 // blockDrain puts a Running pod on node, covered by a PDB that allows no
 // disruption (the disruption controller does not run here, so its status
 // is written directly).
-func (f *Fleet) blockDrain(ctx context.Context, p *Pool, node string) error {
+func (f *Fleet) blockDrain(ctx context.Context, node string) error {
 	ns := "default"
 	labels := map[string]string{"app": node}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: node + "-web", Namespace: ns, Labels: labels},
@@ -375,7 +377,7 @@ func (f *Fleet) blockDrain(ctx context.Context, p *Pool, node string) error {
 	return err
 }
 
-func (f *Fleet) unblockDrain(ctx context.Context, p *Pool, node string) {
+func (f *Fleet) unblockDrain(ctx context.Context, node string) {
 	_ = f.Kube.PolicyV1().PodDisruptionBudgets("default").Delete(ctx, node+"-pdb", metav1.DeleteOptions{})
 }
 

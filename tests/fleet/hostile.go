@@ -39,10 +39,12 @@ const (
 	// HostileStagingForever reports Staging, in its current boot, without
 	// ever holding a grant, heartbeating as a live agent does.
 	HostileStagingForever HostileKind = "Staging forever without a grant"
-	// HostileFutureReport / HostilePastReport heartbeat with lastReportTime
-	// a century ahead / in 1971 (a new value each time), waiting.
+	// HostileFutureReport heartbeats with lastReportTime a century ahead
+	// (a new value each time), waiting.
 	HostileFutureReport HostileKind = "lastReportTime in the far future"
-	HostilePastReport   HostileKind = "lastReportTime in the far past"
+	// HostilePastReport heartbeats with lastReportTime in 1971 (a new value
+	// each time), waiting.
+	HostilePastReport HostileKind = "lastReportTime in the far past"
 	// HostileOversized writes a message, reason, agent version and grant
 	// list beyond the schema's bounds, and a phase the enum does not have;
 	// every such write must be refused. Between them it writes nothing.
@@ -53,8 +55,8 @@ const (
 var HostileKinds = []HostileKind{HostileForgedGrant, HostileOtherBoot, HostileStagingForever,
 	HostileFutureReport, HostilePastReport, HostileOversized}
 
-// TakesStageCapacity: the kind keeps a share of maxStaging from the other
-// nodes for as long as it reports. Staging without a slot is counted
+// TakesStageCapacity reports whether the kind keeps a share of maxStaging
+// from the other nodes for as long as it reports. Staging without a slot is counted
 // against maxStaging (amendment 7); a fresh Waiting report gets a stage
 // grant in its turn, which a node that never lists it holds until it
 // expires (one lease duration), and is then offered the freed slot again

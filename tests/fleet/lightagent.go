@@ -195,7 +195,7 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	desired := bn.Spec.DesiredImage
 	var stage, reboot *lease.Grant
 	var claims []fleetv1.GrantInUse
-	var every time.Duration = 5 * time.Minute
+	every := 5 * time.Minute
 	objs, _ := a.hub.leases.GetIndexer().ByIndex("holder", n.Name)
 	held := map[lease.ID]bool{}
 	for _, o := range objs {

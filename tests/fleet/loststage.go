@@ -14,15 +14,15 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
-// LostStage: a node that staged the target locked loses power. bootc
-// discards a download-only staged deployment at a reboot, so the node comes
-// back with nothing staged; it must report that, let go of the grants of the
-// old boot, be granted a stage again in its new boot, stage again, and then
-// take its one gated reboot like the others. With underRebootGrant the power
-// cut comes while the node holds a reboot grant in phase Reboot that its
-// agent (stopped) never used: the agent lists it as unused in the new boot
-// and the coordinator revokes it at once, neither waiting for rebootTimeout
-// nor counting a failure.
+// LostStage runs a rollout in which a node that staged the target locked
+// loses power. bootc discards a download-only staged deployment at a reboot,
+// so the node comes back with nothing staged; it must report that, let go of
+// the grants of the old boot, be granted a stage again in its new boot,
+// stage again, and then take its one gated reboot like the others. With
+// underRebootGrant the power cut comes while the node holds a reboot grant
+// in phase Reboot that its agent (stopped) never used: the agent lists it as
+// unused in the new boot and the coordinator revokes it at once, neither
+// waiting for rebootTimeout nor counting a failure.
 func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool) Result {
 	start := time.Now()
 	name := fmt.Sprintf("lost%04d", seed)

@@ -21,6 +21,7 @@ import (
 // window's minute without waiting for it. No agent compares clocks.
 type ShiftableClock struct{ off atomic.Int64 }
 
+// Now is the real time shifted by the clock's offset.
 func (c *ShiftableClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
 
 // SetNow makes the clock read t now.

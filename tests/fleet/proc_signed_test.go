@@ -39,7 +39,7 @@ func TestProcFleetPrivateSignedImages(t *testing.T) {
 			}
 			return ref, nil
 		},
-		NodeRoot: func(node, root string) error {
+		NodeRoot: func(_, root string) error {
 			reg.WriteCA(t, root)
 			reg.WriteAuth(t, root, "etc/ostree/auth.json", "node", "node-secret")
 			reg.WriteSigstorePolicy(t, root, key)

@@ -29,7 +29,7 @@ func TestProcFleetStalledPullGivesTheSlotOn(t *testing.T) {
 	f := startProcFleet(t, sim.ProcOptions{Nodes: 3, StageTime: 200 * time.Millisecond, Private: &sim.PrivateRegistry{
 		Host: reg.Host, CAPEM: reg.CAPEM,
 		Push: func(tag string) (string, error) { return reg.PushTagged(t, "os", tag), nil },
-		NodeRoot: func(node, root string) error {
+		NodeRoot: func(_, root string) error {
 			reg.WriteCA(t, root)
 			reg.WriteAuth(t, root, "etc/ostree/auth.json", "node", "node-secret")
 			testregistry.WritePolicy(t, root, `{"default":[{"type":"insecureAcceptAnything"}]}`)

@@ -136,15 +136,16 @@ func ImageChangeMidRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	return res
 }
 
-// NodeNeverReturns: one node does not come back from its reboot. The
-// coordinator must mark the grant RebootTimeout, halt the pool (haltAfter 1)
-// and grant no further reboots; the other nodes keep their old image or
-// finish what they were granted. I1-I5 hold with that node unhealthy.
+// NodeNeverReturns runs a rollout in which one node does not come back from
+// its reboot. The coordinator must mark the grant RebootTimeout, halt the
+// pool (haltAfter 1) and grant no further reboots; the other nodes keep
+// their old image or finish what they were granted. I1-I5 hold with that
+// node unhealthy.
 func NodeNeverReturns(ctx context.Context, f *Fleet, seed int64) Result {
 	start := time.Now()
 	name := fmt.Sprintf("dead%04d", seed)
 	opts := PoolOptions{Nodes: 4, MaxUnavailable: 1, MaxStaging: 4, HaltAfter: 1, RebootTimeout: 3 * time.Second}
-	opts.Behaviour = func(i int) NodeBehaviour {
+	opts.Behaviour = func(int) NodeBehaviour {
 		return NodeBehaviour{BootTime: 300 * time.Millisecond, StageTime: 100 * time.Millisecond, StaleAfterReboot: 500 * time.Millisecond}
 	}
 	res := Result{Seed: seed, Pool: name}

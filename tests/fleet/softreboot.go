@@ -61,8 +61,8 @@ func SoftRebootRollout(ctx context.Context, f *Fleet, seed int64) Result {
 	return res
 }
 
-// SoftRebootFallback: under AllowSoftReboot, a node whose systemd has no
-// soft reboot (252) and a node whose staged image is not soft-reboot
+// SoftRebootFallback checks that under AllowSoftReboot, a node whose systemd
+// has no soft reboot (252) and a node whose staged image is not soft-reboot
 // capable both reboot fully, once each.
 func SoftRebootFallback(ctx context.Context, f *Fleet, seed int64) Result {
 	start := time.Now()

@@ -75,7 +75,6 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 		waves  int
 	}
 	slots := map[string]*slotState{}
-	var order []string
 	var cycles []*Cycle
 	for _, e := range events {
 		if e.Pool != pool {
@@ -99,7 +98,6 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 		if s == nil {
 			s = &slotState{}
 			slots[e.Lease] = s
-			order = append(order, e.Lease)
 		}
 		switch {
 		case e.Holder != "" && e.Holder != s.holder:

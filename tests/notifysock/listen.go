@@ -14,7 +14,7 @@ import (
 // Socket is a bound notify socket.
 type Socket = notifysock.Socket
 
-// ErrTimeout: no matching message arrived in time.
+// ErrTimeout says no matching message arrived in time.
 var ErrTimeout = notifysock.ErrTimeout
 
 // Open binds a new socket in a fresh temporary directory.

@@ -62,11 +62,10 @@ type Registry struct {
 	srv *httptest.Server
 	tr  http.RoundTripper
 
-	mu        sync.Mutex
-	users     map[string]string
-	noPull    map[string]bool
-	anonymous bool
-	requests  int
+	mu       sync.Mutex
+	users    map[string]string
+	noPull   map[string]bool
+	requests int
 	// stall: by user, how many more manifest GETs by digest stall
 	// (StallManifests); stalled counts those that did; stop ends every
 	// stall when the registry stops.

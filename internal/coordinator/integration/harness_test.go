@@ -132,18 +132,17 @@ type fleet struct {
 }
 
 type fakeNode struct {
-	name     string
-	arch     string // Node.status.nodeInfo.architecture (with os linux), if set
-	boot     int
-	booted   imageref.Pinned
-	staged   imageref.Pinned
-	ready    bool
-	back     time.Time // while rebooting: when it comes back
-	stuck    bool      // a reboot never comes back
-	offline  bool      // the agent does not run
-	reboots  int
-	spent    map[lease.ID]bool
-	reported fleetv1.BootcNodeStatus
+	name    string
+	arch    string // Node.status.nodeInfo.architecture (with os linux), if set
+	boot    int
+	booted  imageref.Pinned
+	staged  imageref.Pinned
+	ready   bool
+	back    time.Time // while rebooting: when it comes back
+	stuck   bool      // a reboot never comes back
+	offline bool      // the agent does not run
+	reboots int
+	spent   map[lease.ID]bool
 }
 
 func (n *fakeNode) bootID() string { return newBootID(n.name, n.boot) }

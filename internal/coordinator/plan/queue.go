@@ -11,8 +11,8 @@ import (
 // exported so that `kubectl bootc-fleet` reports queue positions in exactly
 // the order the coordinator grants them.
 
-// LastStageFailed reports whether a BootcNode reason says the node's last stage
-// failed or timed out (amendment 19), which puts it behind the others.
+// LastStageFailed reports whether a BootcNode reason says the node's last
+// stage failed or timed out (amendment 19), which puts it behind the others.
 func LastStageFailed(reason string) bool {
 	return reason == fleetv1.ReasonStageFailed || reason == fleetv1.ReasonStageTimedOut
 }
