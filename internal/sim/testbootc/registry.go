@@ -198,9 +198,9 @@ func (c *registryClient) manifest(ctx context.Context, repo, tagOrDigest string)
 	return body, strings.TrimSpace(mt), nil
 }
 
-// blob fetches a blob of at most max bytes and checks its digest
+// blob fetches a blob of at most limit bytes and checks its digest
 // (docker_client.go, getBlob and getOCIDescriptorContents).
-func (c *registryClient) blob(ctx context.Context, repo, digest string, max int) ([]byte, error) {
+func (c *registryClient) blob(ctx context.Context, repo, digest string, limit int) ([]byte, error) {
 	if !isSHA256Digest(digest) {
 		return nil, fmt.Errorf("invalid digest %q: unsupported digest algorithm or malformed value", digest)
 	}
@@ -212,7 +212,7 @@ func (c *registryClient) blob(ctx context.Context, repo, digest string, max int)
 	if res.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("fetching blob: %w", registryHTTPResponseToError(res))
 	}
-	data, err := readAtMost(res.Body, max)
+	data, err := readAtMost(res.Body, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading blob %s in %s/%s: %w", digest, c.host, repo, err)
 	}
