@@ -9,7 +9,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // A staged deployment that bootc did not verify is not staged once the
@@ -23,7 +23,7 @@ func TestRunRequireSignedImagesRestagesUnverified(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
 		t.Fatal(err)
 	}
-	st := h.wait("Staged unverified", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	st := h.wait("Staged unverified", testcoord.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
 	if st.Staged == nil || st.Staged.Signature != fleetv1.SignatureInsecure {
 		t.Fatalf("staged %+v, want signature Insecure", st.Staged)
 	}
@@ -37,7 +37,7 @@ func TestRunRequireSignedImagesRestagesUnverified(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindReboot, 0, h.node, imgV2, boot, lease.PhaseReboot); err != nil {
 		t.Fatal(err)
 	}
-	st = h.wait("waiting for a stage slot", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	st = h.wait("waiting for a stage slot", testcoord.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
 	if !strings.Contains(st.Message, "not verified") {
 		t.Fatalf("message %q does not say the staged deployment is not verified", st.Message)
 	}

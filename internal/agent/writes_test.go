@@ -17,8 +17,8 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // statusLog records every status write of one BootcNode as the API server
@@ -100,7 +100,7 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 	log := watchStatus(t, h.node)
 	ctx := context.Background()
 	boot1 := h.m.BootID()
-	h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	h.wait("Waiting without a grant", testcoord.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
 	h.until("the watch saw the Waiting report", func() bool { return log.len() > 0 })
 	from := log.len()
 
@@ -108,7 +108,7 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
+	h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, decide.ReasonWaitingReboot))
 	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil { // the coordinator's release once staged
 		t.Fatal(err)
 	}
@@ -123,9 +123,9 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.until("one reboot request", func() bool { r, _ := h.host.count(); return r == 1 })
-	h.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, decide.ReasonRebooting))
+	h.wait("Rebooting", testcoord.PhaseIs(fleetv1.PhaseRebooting, decide.ReasonRebooting))
 	h.m.Reboot(testbootc.RebootOptions{})
-	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.wait("Idle on the new image", testcoord.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
 	// Anything written after this would show within a round or two.
 	time.Sleep(time.Second)
 
@@ -152,7 +152,7 @@ func TestRunHoldsTheWaitingReport(t *testing.T) {
 	h := startWith(t, "mem-hold", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = time.Minute })
 	log := watchStatus(t, h.node)
 	ctx := context.Background()
-	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.wait("Idle", testcoord.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
 	h.until("the watch saw the Idle report", func() bool { return log.len() > 0 })
 	from := log.len()
 	if err := h.k.EnsureBootcNode(ctx, h.node, imgV2, ""); err != nil {
@@ -174,9 +174,9 @@ func TestRunHoldsTheWaitingReport(t *testing.T) {
 // Without a grant the held report is written once the hold has passed.
 func TestRunReportsWaitingAfterTheHold(t *testing.T) {
 	h := startWith(t, "mem-hold2", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = 200 * time.Millisecond })
-	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
+	h.wait("Idle", testcoord.PhaseIs(fleetv1.PhaseIdle, decide.ReasonUpToDate))
 	if err := h.k.EnsureBootcNode(context.Background(), h.node, imgV2, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Waiting", integration.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	h.wait("Waiting", testcoord.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
 }

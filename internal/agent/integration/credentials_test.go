@@ -18,6 +18,7 @@ import (
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // These tests run the real agent with the kubeconfig shapes of real nodes:
@@ -196,7 +197,7 @@ func TestAgentSurvivesClientCertRotation(t *testing.T) {
 	}
 
 	n.start()
-	st := n.wait("first report with the first certificate", PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	st := n.wait("first report with the first certificate", testcoord.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
 	firstReport := time.Now()
 	if st.LastReportTime == nil || st.LastReportTime.Time.Before(t0) {
 		t.Fatalf("first report's lastReportTime %v is before the test began (%s)", st.LastReportTime, t0)
@@ -299,7 +300,7 @@ func TestAgentReportsThroughExecPlugin(t *testing.T) {
 
 	start := time.Now()
 	n.start()
-	n.wait("first report through the exec plugin", PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	n.wait("first report through the exec plugin", testcoord.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
 	first := time.Since(start)
 	gen := n.setDesired(imgV3)
 	st := n.wait("a report of the spec change", func(s fleetv1.BootcNodeStatus) bool {

@@ -11,6 +11,7 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // watchdogLog timestamps every WATCHDOG=1 the agent sends.
@@ -62,7 +63,7 @@ func TestAgentLongPullFeedsTheWatchdog(t *testing.T) {
 	n.start()
 
 	n.grant(lease.KindStage, imgV2, "")
-	n.wait("Staging", PhaseIs(fleetv1.PhaseStaging, ""))
+	n.wait("Staging", testcoord.PhaseIs(fleetv1.PhaseStaging, ""))
 	pullStart := time.Now()
 	ctx := context.Background()
 	st, err := n.k.WaitStatus(ctx, n.name, func(s fleetv1.BootcNodeStatus) bool {
@@ -98,7 +99,7 @@ func TestAgentLongPullFeedsTheWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
-	n.wait("Waiting after the revoke", PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
+	n.wait("Waiting after the revoke", testcoord.PhaseIs(fleetv1.PhaseWaiting, decide.ReasonWaitingForGrant))
 	if d := time.Since(revoked); d > 30*time.Second {
 		t.Errorf("the revoke took %s to stop the pull", d)
 	}
