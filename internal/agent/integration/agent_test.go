@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		buildDir, agentBin, bootcBin = dir, filepath.Join(dir, "bootc-fleet-agent"), filepath.Join(dir, "test-bootc")
 		for bin, pkg := range map[string]string{
-			agentBin: "github.com/bootc-fleet/bootc-fleet/agent/cmd/bootc-fleet-agent",
+			agentBin: "github.com/bootc-fleet/bootc-fleet/cmd/bootc-fleet-agent",
 			bootcBin: "github.com/bootc-fleet/bootc-fleet/tests/testbootc/cmd/test-bootc",
 		} {
 			if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
