@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	"github.com/bootc-fleet/bootc-fleet/api/text"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
@@ -143,7 +144,7 @@ func (r *runner) send(ctx context.Context, rep statusReport) error {
 	}
 	r.kube.clearListErr("bootcnodes")
 	for _, g := range rep.Grants {
-		if h := r.held[g.Lease]; h != nil && g.Released == "" && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
+		if h := r.held[g.Lease]; h != nil && g.Released == "" && lease.Matches(g, h.grant.ID) {
 			h.lastHeartbeat = sent
 		}
 	}
@@ -207,7 +208,7 @@ func (r *runner) reportRefusal(ctx context.Context, gen int64, conds []metav1.Co
 func (r *runner) withoutGone(rep statusReport) statusReport {
 	kept := make([]fleetv1.GrantInUse, 0, len(rep.Grants))
 	for _, g := range rep.Grants {
-		if h := r.held[g.Lease]; h != nil && h.grant.UID == g.UID && h.grant.Transitions == g.LeaseTransitions {
+		if h := r.held[g.Lease]; h != nil && lease.Matches(g, h.grant.ID) {
 			kept = append(kept, g)
 		}
 	}
