@@ -280,8 +280,8 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 	for len(u.steps) > 0 {
 		kinds = append(kinds, (<-u.steps).Kind)
 	}
-	if strings.Join(kinds, ",") != "stage,apply,reboot" {
-		t.Fatalf("confirmed steps %v, want stage, apply, reboot", kinds)
+	if strings.Join(kinds, ",") != "stage,stage-ended,apply,reboot" {
+		t.Fatalf("traced steps %v, want stage, stage-ended, apply, reboot", kinds)
 	}
 }
 
@@ -343,6 +343,14 @@ func TestRunnerCancelsStageOnRevoke(t *testing.T) {
 	u.wait("Waiting again", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if s := u.m.State().Staged; s != nil {
 		t.Fatalf("staged %+v after the cancel", s)
+	}
+	select {
+	case s := <-u.steps:
+		if s.Kind != agent.StepStageEnded || s.Outcome != agent.StageCancelled || s.Image != imgV2 {
+			t.Fatalf("step after the revoke %+v, want the stage of %s ended cancelled", s, imgV2)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cancelled stage was not traced")
 	}
 }
 
