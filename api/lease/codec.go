@@ -27,13 +27,13 @@ import (
 type Cordon string
 
 const (
-	// CordonPending: the grant's cordon call has not been answered on the
+	// CordonPending means the grant's cordon call has not been answered on the
 	// grant yet; a Node cordoned with the grant's CordonMark is ours
 	// (amendment 23).
 	CordonPending Cordon = "pending"
-	// CordonOurs: the grant's cordon call made the cordon.
+	// CordonOurs means the grant's cordon call made the cordon.
 	CordonOurs Cordon = "true"
-	// CordonNotOurs: the Node was cordoned already when the call came.
+	// CordonNotOurs means the Node was cordoned already when the call came.
 	CordonNotOurs Cordon = "false"
 )
 

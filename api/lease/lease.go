@@ -120,6 +120,8 @@ func CordonMark(id ID) string { return fmt.Sprintf("%s#%d/%s", id.Lease, id.Tran
 // Kind is the kind of slot.
 type Kind string
 
+// The kinds of slot: a reboot slot counts against maxUnavailable, a stage
+// slot against maxStaging.
 const (
 	KindReboot Kind = "reboot"
 	KindStage  Kind = "stage"
@@ -129,9 +131,9 @@ const (
 type Phase string
 
 const (
-	// PhaseDraining: the coordinator is cordoning and draining; no reboot yet.
+	// PhaseDraining means the coordinator is cordoning and draining; no reboot yet.
 	PhaseDraining Phase = "Draining"
-	// PhaseReboot: the node is drained; the agent may reboot once.
+	// PhaseReboot means the node is drained; the agent may reboot once.
 	PhaseReboot Phase = "Reboot"
 )
 
@@ -278,6 +280,8 @@ func FormatSoftRebootCount(n uint32) string { return strconv.FormatUint(uint64(n
 // Action is what the agent wants to do under a grant.
 type Action string
 
+// The actions a grant can allow: staging under a stage grant, applying and
+// rebooting under a reboot grant.
 const (
 	ActionStage  Action = "stage"
 	ActionReboot Action = "reboot"

@@ -87,7 +87,10 @@ func (r *runner) cancelStage(ctx context.Context, e decide.Effect) decide.Result
 }
 
 // await waits for done, sending WATCHDOG=1 from this loop while it waits.
-func (r *runner) await(ctx context.Context, done <-chan error) error {
+// It does not return at the end of the agent's context: the bootc command
+// behind done runs under that context, so done comes soon after, and the
+// caller must not go on while bootc may still hold its lock.
+func (r *runner) await(_ context.Context, done <-chan error) error {
 	tick := time.Second
 	if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < tick {
 		tick = wd / 2
