@@ -1,20 +1,19 @@
 // Package lease is the slot-Lease protocol between the coordinator and the
-// agents (docs/protocol.md): the names of its labels and annotations, and pure
-// helpers that read a coordination.k8s.io/v1 Lease into a typed Grant and say
-// whether a grant allows an action. Nothing here does I/O.
+// agents (docs/design.md): the names of its labels and annotations, the
+// codec (codec.go) that reads a coordination.k8s.io/v1 Lease into a typed
+// Grant and writes every change the coordinator makes to one, the one match
+// of a grant an agent reports with a Lease's (claim.go), and whether a grant
+// allows an action. Nothing here does I/O.
 package lease
 
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 )
@@ -121,6 +120,8 @@ func CordonMark(id ID) string { return fmt.Sprintf("%s#%d/%s", id.Lease, id.Tran
 // Kind is the kind of slot.
 type Kind string
 
+// The kinds of slot: a reboot slot counts against maxUnavailable, a stage
+// slot against maxStaging.
 const (
 	KindReboot Kind = "reboot"
 	KindStage  Kind = "stage"
@@ -130,9 +131,9 @@ const (
 type Phase string
 
 const (
-	// PhaseDraining: the coordinator is cordoning and draining; no reboot yet.
+	// PhaseDraining means the coordinator is cordoning and draining; no reboot yet.
 	PhaseDraining Phase = "Draining"
-	// PhaseReboot: the node is drained; the agent may reboot once.
+	// PhaseReboot means the node is drained; the agent may reboot once.
 	PhaseReboot Phase = "Reboot"
 )
 
@@ -218,6 +219,20 @@ type Grant struct {
 	Renewed             time.Time
 	Duration            time.Duration
 	Namespace           string
+
+	// The coordinator's own records on the grant; agents ignore them.
+
+	// Cordon (reboot grants) is AnnotationCordonedByUs when it is one of
+	// the Cordon values; otherwise CordonProblem says what it is, and the
+	// coordinator treats the slot as malformed. Like StageTimeout, it never
+	// makes the grant malformed for an agent.
+	Cordon        Cordon
+	CordonProblem string
+	// BackSince is AnnotationBackSince (zero: absent or unreadable; the
+	// minReadySeconds clock then starts again, later, never earlier).
+	BackSince time.Time
+	// CameBack: AnnotationCameBack is present (any value).
+	CameBack bool
 }
 
 // ValidBootID reports whether s looks like /proc/sys/kernel/random/boot_id:
@@ -244,111 +259,6 @@ func ValidBootID(s string) bool {
 	return true
 }
 
-// Parse reads a slot Lease. A free slot returns ErrFree; anything that does
-// not follow the protocol returns an error wrapping ErrMalformed and must be
-// treated as no grant at all.
-func Parse(l *coordinationv1.Lease) (Grant, error) {
-	if l == nil {
-		return Grant{}, fmt.Errorf("%w: nil lease", ErrMalformed)
-	}
-	pool, kind, _, err := ParseSlotName(l.Name)
-	if err != nil {
-		return Grant{}, err
-	}
-	bad := func(format string, a ...any) (Grant, error) {
-		return Grant{}, fmt.Errorf("%w: lease %s/%s: %s", ErrMalformed, l.Namespace, l.Name, fmt.Sprintf(format, a...))
-	}
-	if got := l.Labels[LabelPool]; got != pool {
-		return bad("label %s=%q does not match the name's pool %q", LabelPool, got, pool)
-	}
-	if got := l.Labels[LabelSlot]; got != string(kind) {
-		return bad("label %s=%q does not match the name's kind %q", LabelSlot, got, kind)
-	}
-	holder := ""
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
-	}
-	if holder == "" {
-		return Grant{Pool: pool, Kind: kind, ID: ID{Lease: l.Name, UID: l.UID}, Namespace: l.Namespace}, ErrFree
-	}
-	if errs := validation.IsDNS1123Subdomain(holder); len(errs) > 0 {
-		return bad("holder %q is not a node name: %s", holder, strings.Join(errs, "; "))
-	}
-	if got := l.Labels[LabelHolder]; got != holder {
-		return bad("label %s=%q does not match holder %q", LabelHolder, got, holder)
-	}
-	img, err := imageref.ParsePinned(l.Annotations[AnnotationImage])
-	if err != nil {
-		return bad("annotation %s: %v", AnnotationImage, err)
-	}
-	bootID := l.Annotations[AnnotationBootID]
-	if !ValidBootID(bootID) {
-		return bad("annotation %s=%q is not a boot ID", AnnotationBootID, bootID)
-	}
-	var softCount uint32
-	if v, ok := l.Annotations[AnnotationSoftRebootCount]; ok { // absent: 0, as grants written before the annotation
-		if softCount, err = ParseSoftRebootCount(v); err != nil {
-			return bad("annotation %s: %v", AnnotationSoftRebootCount, err)
-		}
-	}
-	var phase Phase
-	switch p := Phase(l.Annotations[AnnotationPhase]); {
-	case kind == KindStage && p == "":
-	case kind == KindReboot && (p == PhaseDraining || p == PhaseReboot):
-		phase = p
-	default:
-		return bad("annotation %s=%q is not valid on a %s slot", AnnotationPhase, p, kind)
-	}
-	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 || *l.Spec.LeaseDurationSeconds > 24*3600 {
-		return bad("leaseDurationSeconds must be 1..86400")
-	}
-	if l.Spec.RenewTime == nil || l.Spec.AcquireTime == nil {
-		return bad("acquireTime and renewTime must be set")
-	}
-	transitions := int32(0)
-	if l.Spec.LeaseTransitions != nil {
-		transitions = *l.Spec.LeaseTransitions
-	}
-	if transitions < 1 {
-		return bad("leaseTransitions must be >= 1 on a held slot")
-	}
-	failure := l.Annotations[AnnotationFailure]
-	if failure != "" && !reasonRE.MatchString(failure) {
-		return bad("annotation %s=%q is not a CamelCase reason", AnnotationFailure, failure)
-	}
-	var stageTimeout time.Duration
-	var stageTimeoutProblem string
-	if kind == KindStage {
-		stageTimeout = DefaultStageTimeout
-		if v, ok := l.Annotations[AnnotationStageTimeout]; !ok {
-			stageTimeoutProblem = "annotation " + AnnotationStageTimeout + " is absent"
-		} else if d, err := ParseStageTimeout(v); err != nil {
-			stageTimeoutProblem = "annotation " + AnnotationStageTimeout + ": " + err.Error()
-		} else {
-			stageTimeout = d
-		}
-	}
-	return Grant{
-		StageTimeout:        stageTimeout,
-		StageTimeoutProblem: stageTimeoutProblem,
-		ID:                  ID{Lease: l.Name, UID: l.UID, Transitions: transitions},
-		Pool:                pool,
-		Kind:                kind,
-		Holder:              holder,
-		Image:               img,
-		BootID:              bootID,
-		SoftRebootCount:     softCount,
-		Phase:               phase,
-		Failure:             failure,
-		Acquired:            l.Spec.AcquireTime.Time,
-		Renewed:             l.Spec.RenewTime.Time,
-		Duration:            time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second,
-		Namespace:           l.Namespace,
-	}, nil
-}
-
-var reasonRE = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
-
 // ParseSoftRebootCount reads an AnnotationSoftRebootCount value: a decimal
 // uint32 with no sign, no leading zeros and no spaces, so every count has
 // exactly one spelling. (An absent annotation means 0; an empty one is an
@@ -370,6 +280,8 @@ func FormatSoftRebootCount(n uint32) string { return strconv.FormatUint(uint64(n
 // Action is what the agent wants to do under a grant.
 type Action string
 
+// The actions a grant can allow: staging under a stage grant, applying and
+// rebooting under a reboot grant.
 const (
 	ActionStage  Action = "stage"
 	ActionReboot Action = "reboot"

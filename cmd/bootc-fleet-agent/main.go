@@ -41,6 +41,7 @@ type options struct {
 	settle       time.Duration
 	rebootTO     time.Duration
 	logLevel     string
+	traceFile    string
 	showVersion  bool
 }
 
@@ -74,6 +75,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (options
 	fs.DurationVar(&o.settle, "settle-timeout", 2*time.Minute, "how long after a reboot bootc status may still show the old image")
 	fs.DurationVar(&o.rebootTO, "reboot-timeout", 15*time.Minute, "how long a recorded reboot may take")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.traceFile, "trace-file", "", "append each confirmed disruptive step and each stage end to this file as a JSON line (default: none)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -221,6 +223,14 @@ func start(ctx context.Context, o options, log *slog.Logger) error {
 		Notifier: host.NewNotifier(),
 		Log:      log,
 		Changes:  changes,
+	}
+	if o.traceFile != "" {
+		f, err := os.OpenFile(o.traceFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("--trace-file: %w", err)
+		}
+		defer f.Close()
+		deps.Trace = agent.NewTraceWriter(f, log)
 	}
 	return agent.Run(ctx, cfg, deps)
 }

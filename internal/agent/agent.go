@@ -119,24 +119,42 @@ type Deps struct {
 	// (file system events on the deployment directories).
 	Changes <-chan struct{}
 	// Trace may be nil; it is called right before each disruptive step,
-	// after the step's grant was confirmed (see Step).
+	// after the step's grant was confirmed, and when a stage ends (see
+	// Step).
 	Trace func(Step)
 }
 
-// Step is a disruptive step the agent is about to take: "stage", "apply",
-// "reboot" or "soft-reboot". Each is taken only after a consistent read of
-// the grant's Lease (a GET without resourceVersion, answered from etcd)
-// showed exactly this grant: the API server held it at that moment.
-// ResourceVersion is the version that read returned.
+// Step is a disruptive step the agent is about to take, or the end of a
+// stage it ran: Kind is "stage", "apply", "reboot" or "soft-reboot" (the
+// decide.Step* names), or StepStageEnded. A disruptive step is taken only
+// after a consistent read of the grant's Lease (a GET without
+// resourceVersion, answered from etcd) showed exactly this grant: the API
+// server held it at that moment. ResourceVersion is the version that read
+// returned. NewTraceWriter writes steps as JSON lines (--trace-file).
 type Step struct {
-	Kind            string
-	Lease           string
-	ResourceVersion string
-	Grant           lease.ID
-	Image           string
-	BootID          string
-	SoftRebootCount uint32
+	Time            time.Time `json:"time"`
+	Kind            string    `json:"kind"`
+	Lease           string    `json:"lease,omitempty"`
+	ResourceVersion string    `json:"resourceVersion,omitempty"`
+	Grant           lease.ID  `json:"grant,omitzero"`
+	Image           string    `json:"image"`
+	BootID          string    `json:"bootID,omitempty"`
+	SoftRebootCount uint32    `json:"softRebootCount,omitempty"`
+	// Outcome (StepStageEnded only): one of the Stage* outcomes.
+	Outcome string `json:"outcome,omitempty"`
 }
+
+// StepStageEnded is the Kind of the Step that says a stage the agent ran is
+// over; no grant is confirmed for it.
+const StepStageEnded = "stage-ended"
+
+// How a stage ended (Step.Outcome).
+const (
+	StageFinished  = "finished"
+	StageFailed    = "failed"
+	StageRejected  = "rejected"
+	StageCancelled = "cancelled"
+)
 
 // Config is the agent's configuration.
 type Config struct {

@@ -78,7 +78,7 @@ func (r *runner) confirmed(e decide.Effect) {
 	r.log.Info("grant confirmed", "step", e.Step, "lease", e.Grant.Lease, "resourceVersion", e.ResourceVersion,
 		"grant", e.Grant.ID.String(), "image", e.Grant.Image.String(), "bootID", e.Boot.BootID, "softRebootCount", e.Boot.SoftRebootCount)
 	if r.deps.Trace != nil {
-		r.deps.Trace(Step{Kind: e.Step, Lease: e.Grant.Lease, ResourceVersion: e.ResourceVersion, Grant: e.Grant.ID,
+		r.deps.Trace(Step{Time: r.now(), Kind: e.Step, Lease: e.Grant.Lease, ResourceVersion: e.ResourceVersion, Grant: e.Grant.ID,
 			Image: e.Grant.Image.String(), BootID: e.Boot.BootID, SoftRebootCount: e.Boot.SoftRebootCount})
 	}
 }

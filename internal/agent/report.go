@@ -149,7 +149,7 @@ func (r *runner) send(ctx context.Context, rep statusReport) error {
 	var listed []lease.ID
 	for _, g := range rep.Grants {
 		if g.Released == "" {
-			listed = append(listed, lease.ID{Lease: g.Lease, UID: g.UID, Transitions: g.LeaseTransitions})
+			listed = append(listed, lease.ClaimedID(g))
 		}
 	}
 	r.step(decide.Input{Now: sent, Reported: &decide.Reported{Sent: sent, Grants: listed}})
@@ -213,7 +213,7 @@ func (r *runner) reportRefusal(ctx context.Context, gen int64, conds []metav1.Co
 func (r *runner) withoutGone(rep statusReport) statusReport {
 	kept := make([]fleetv1.GrantInUse, 0, len(rep.Grants))
 	for _, g := range rep.Grants {
-		if _, ok := r.st.Held(lease.ID{Lease: g.Lease, UID: g.UID, Transitions: g.LeaseTransitions}); ok {
+		if _, ok := r.st.Held(lease.ClaimedID(g)); ok {
 			kept = append(kept, g)
 		}
 	}

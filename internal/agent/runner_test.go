@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,7 +25,6 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
@@ -188,7 +188,7 @@ type unit struct {
 	api   *memAPI
 	m     *testbootc.Machine
 	host  *countHost
-	k     *integration.Coordinator
+	k     *testcoord.Coordinator
 	state string
 	steps chan agent.Step
 }
@@ -200,7 +200,7 @@ func startUnit(t *testing.T, node string) *unit {
 		t.Fatal(err)
 	}
 	u := &unit{t: t, api: newMemAPI(t, node), m: m, host: &countHost{m: m}, state: t.TempDir(), steps: make(chan agent.Step, 64)}
-	u.k = &integration.Coordinator{C: u.api.c, Pool: "pool-" + node}
+	u.k = &testcoord.Coordinator{C: u.api.c, Pool: "pool-" + node}
 	if err := u.k.EnsureBootcNode(context.Background(), node, imgV2, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -245,11 +245,11 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 	u := startUnit(t, "unit-a")
 	ctx := context.Background()
 	boot1 := u.m.BootID()
-	u.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	u.wait("Waiting without a grant", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if _, err := u.k.Grant(ctx, lease.KindStage, 0, "unit-a", imgV2, boot1, ""); err != nil {
 		t.Fatal(err)
 	}
-	u.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	u.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if s := u.m.State().Staged; s == nil || s.Image != imgV2 || !s.DownloadOnly {
 		t.Fatalf("staged = %+v, want %s download-only", s, imgV2)
 	}
@@ -259,7 +259,7 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 	if _, err := u.k.Grant(ctx, lease.KindReboot, 0, "unit-a", imgV2, boot1, lease.PhaseReboot); err != nil {
 		t.Fatal(err)
 	}
-	u.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting))
+	u.wait("Rebooting", testcoord.PhaseIs(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting))
 	deadline := time.Now().Add(30 * time.Second)
 	for u.host.count() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -272,7 +272,7 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 		t.Fatalf("reboot record = %+v, %v", rec, err)
 	}
 	u.m.Reboot(testbootc.RebootOptions{})
-	u.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	u.wait("Idle on the new image", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	if u.host.count() != 1 {
 		t.Fatalf("%d reboot requests, want 1", u.host.count())
 	}
@@ -280,8 +280,8 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 	for len(u.steps) > 0 {
 		kinds = append(kinds, (<-u.steps).Kind)
 	}
-	if strings.Join(kinds, ",") != "stage,apply,reboot" {
-		t.Fatalf("confirmed steps %v, want stage, apply, reboot", kinds)
+	if strings.Join(kinds, ",") != "stage,stage-ended,apply,reboot" {
+		t.Fatalf("traced steps %v, want stage, stage-ended, apply, reboot", kinds)
 	}
 }
 
@@ -317,7 +317,7 @@ func TestRunnerRefusedConfirmNeverStages(t *testing.T) {
 	if _, err := u.k.Grant(context.Background(), lease.KindStage, 0, "unit-b", imgV2, u.m.BootID(), ""); err != nil {
 		t.Fatal(err)
 	}
-	u.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	u.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 }
 
 // A stage whose grant is revoked is cancelled (bootc is stopped), and the
@@ -328,7 +328,7 @@ func TestRunnerCancelsStageOnRevoke(t *testing.T) {
 	if _, err := u.k.Grant(context.Background(), lease.KindStage, 0, "unit-c", imgV2, u.m.BootID(), ""); err != nil {
 		t.Fatal(err)
 	}
-	u.wait("Staging", integration.PhaseIs(fleetv1.PhaseStaging, fleetv1.ReasonStaging))
+	u.wait("Staging", testcoord.PhaseIs(fleetv1.PhaseStaging, fleetv1.ReasonStaging))
 	select {
 	case s := <-u.steps:
 		if s.Kind != decide.StepStage {
@@ -340,9 +340,17 @@ func TestRunnerCancelsStageOnRevoke(t *testing.T) {
 	if err := u.k.Revoke(context.Background(), lease.KindStage, 0); err != nil {
 		t.Fatal(err)
 	}
-	u.wait("Waiting again", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	u.wait("Waiting again", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if s := u.m.State().Staged; s != nil {
 		t.Fatalf("staged %+v after the cancel", s)
+	}
+	select {
+	case s := <-u.steps:
+		if s.Kind != agent.StepStageEnded || s.Outcome != agent.StageCancelled || s.Image != imgV2 {
+			t.Fatalf("step after the revoke %+v, want the stage of %s ended cancelled", s, imgV2)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cancelled stage was not traced")
 	}
 }
 

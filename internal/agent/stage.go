@@ -49,15 +49,26 @@ func (r *runner) stageFinished(err error) {
 			Unauthorized: errors.Is(err, bootc.ErrRegistryUnauthorized), Message: bootc.FailureMessage(err)}
 	}
 	r.step(decide.Input{Now: r.now(), StageDone: &d})
+	outcome := StageFinished
 	switch f := r.st.StageFail; {
 	case d.Rejected:
+		outcome = StageRejected
 		r.log.Error("the host's container signature policy rejected the image; not trying it again until the desired image changes",
 			"image", s.image.String(), "grant", s.grant.String(), "err", err)
 	case err != nil && f != nil:
+		outcome = StageFailed
 		r.log.Error("stage failed", "image", s.image.String(), "grant", s.grant.String(), "attempt", f.Attempts,
 			"of", lease.MaxStageAttempts, "err", err, "retryIn", r.st.StageDelay)
 	default:
 		r.log.Info("stage finished", "image", s.image.String())
+	}
+	r.traceStageEnd(s, outcome)
+}
+
+// traceStageEnd tells Deps.Trace that the stage s is over.
+func (r *runner) traceStageEnd(s *stageRun, outcome string) {
+	if r.deps.Trace != nil {
+		r.deps.Trace(Step{Time: r.now(), Kind: StepStageEnded, Grant: s.grant, Lease: s.grant.Lease, Image: s.image.String(), Outcome: outcome})
 	}
 }
 
@@ -70,12 +81,16 @@ func (r *runner) cancelStage(ctx context.Context, e decide.Effect) decide.Result
 		r.stage = nil
 		r.lastRead = nil
 		r.log.Info("stage cancelled", "image", s.image.String())
+		r.traceStageEnd(s, StageCancelled)
 	}
 	return decide.Result{Kind: e.Kind}
 }
 
 // await waits for done, sending WATCHDOG=1 from this loop while it waits.
-func (r *runner) await(ctx context.Context, done <-chan error) error {
+// It does not return at the end of the agent's context: the bootc command
+// behind done runs under that context, so done comes soon after, and the
+// caller must not go on while bootc may still hold its lock.
+func (r *runner) await(_ context.Context, done <-chan error) error {
 	tick := time.Second
 	if wd, ok := r.deps.Notifier.WatchdogInterval(); ok && wd/2 < tick {
 		tick = wd / 2

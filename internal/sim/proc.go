@@ -465,11 +465,14 @@ func (f *ProcFleet) Check(ctx context.Context, target string) []invariant.Violat
 }
 
 // CheckInvocations compares the stage and apply events derived from the
-// agents' logs with what the test bootc says ran: every `switch` and every
+// agents' traces with what the test bootc says ran: every `switch` and every
 // `upgrade` must have been logged, and nothing else.
 func (f *ProcFleet) CheckInvocations() error {
 	var errs []error
 	for _, n := range f.Nodes {
+		n.mu.Lock()
+		errs = append(errs, n.traceErrs...)
+		n.mu.Unlock()
 		inv, err := n.Bootc.Invocations()
 		if err != nil {
 			errs = append(errs, err)

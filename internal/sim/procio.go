@@ -1,15 +1,10 @@
 package sim
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -62,88 +57,4 @@ func MinimalEnv() []string {
 		env = append(env, "HOME="+h)
 	}
 	return env
-}
-
-// lineWriter copies output to out and hands each complete line to line.
-type lineWriter struct {
-	out  io.Writer
-	line func(string)
-	mu   sync.Mutex
-	buf  []byte
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	_, _ = w.out.Write(p)
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		l := string(w.buf[:i])
-		w.buf = w.buf[i+1:]
-		w.line(l)
-	}
-	return len(p), nil
-}
-
-func (w *lineWriter) flush() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.buf) > 0 {
-		w.line(string(w.buf))
-		w.buf = nil
-	}
-}
-
-// parseLogfmt reads a log/slog text line: key=value pairs, values either
-// bare or Go-quoted. Malformed pairs are skipped.
-func parseLogfmt(line string) map[string]string {
-	out := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(line))
-	sc.Buffer(make([]byte, 0, len(line)+1), len(line)+1)
-	sc.Split(splitLogfmt)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), "=")
-		if !ok || k == "" {
-			continue
-		}
-		if strings.HasPrefix(v, `"`) {
-			u, err := strconv.Unquote(v)
-			if err != nil {
-				continue
-			}
-			v = u
-		}
-		out[k] = v
-	}
-	return out
-}
-
-// splitLogfmt splits at spaces outside double quotes.
-func splitLogfmt(data []byte, atEOF bool) (int, []byte, error) {
-	start := 0
-	for start < len(data) && data[start] == ' ' {
-		start++
-	}
-	quoted, escaped := false, false
-	for i := start; i < len(data); i++ {
-		c := data[i]
-		switch {
-		case escaped:
-			escaped = false
-		case c == '\\' && quoted:
-			escaped = true
-		case c == '"':
-			quoted = !quoted
-		case c == ' ' && !quoted:
-			return i + 1, data[start:i], nil
-		}
-	}
-	if atEOF && start < len(data) {
-		return len(data), data[start:], nil
-	}
-	return start, nil, nil
 }

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bootc-fleet/bootc-fleet/internal/agent"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/decide"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/fakedbus"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/notifysock"
@@ -34,6 +38,9 @@ type ProcNode struct {
 	Systemd *fakedbus.Systemd1
 	// AgentLog is the agent's output over all its runs.
 	AgentLog string
+	// AgentTrace is the agent's step trace (--trace-file) over all its
+	// runs: the harness learns what the agent did from it.
+	AgentTrace string
 
 	f        *ProcFleet
 	stateDir string
@@ -42,6 +49,7 @@ type ProcNode struct {
 	bus      string
 	stopBus  func()
 	notify   *notifysock.Socket
+	trace    *traceFollower
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -52,11 +60,12 @@ type ProcNode struct {
 	windows   []procBoot
 	confirms  map[string][]procConfirm // step -> confirmations of the running agent
 	used      map[string]int
-	staging   string // image of the stage in flight, as logged
+	staging   string // image of the stage in flight, as traced
 	down      bool
 	timings   []RebootTiming
 	status    string // last STATUS= line
 	agentRuns int
+	traceErrs []error // lines of AgentTrace that did not decode
 }
 
 // procBoot is one boot of a node and its stale-status window.
@@ -66,7 +75,7 @@ type procBoot struct {
 	staleUntil time.Time
 }
 
-// procConfirm is one "grant confirmed" line.
+// procConfirm is one confirmed step of the agent's trace.
 type procConfirm struct {
 	at     time.Time
 	lease  string
@@ -78,7 +87,7 @@ type procConfirm struct {
 func (f *ProcFleet) addNode(ctx context.Context, nodeName, image string) (*ProcNode, error) {
 	base := filepath.Join(f.Dir, nodeName)
 	n := &ProcNode{Name: nodeName, Pool: f.Pool, f: f, stateDir: filepath.Join(base, "state"), watchDir: filepath.Join(base, "watch"),
-		AgentLog: filepath.Join(base, "agent.log"), confirms: map[string][]procConfirm{}, used: map[string]int{}}
+		AgentLog: filepath.Join(base, "agent.log"), AgentTrace: filepath.Join(base, "agent-trace.jsonl"), confirms: map[string][]procConfirm{}, used: map[string]int{}}
 	n.cond = sync.NewCond(&n.mu)
 	for _, d := range []string{n.stateDir, n.watchDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -127,6 +136,10 @@ func (f *ProcFleet) addNode(ctx context.Context, nodeName, image string) (*ProcN
 		return nil, err
 	}
 	go n.readNotify(n.notify)
+	if n.trace, err = followTrace(n.AgentTrace, n.onTrace); err != nil {
+		n.close()
+		return nil, err
+	}
 	n.Kubelet = &Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{PoolLabel: f.Pool}}
 	if err := n.Kubelet.Register(ctx, n.bootID); err != nil {
 		n.close()
@@ -183,7 +196,6 @@ func (n *ProcNode) startAgent() error {
 		"NOTIFY_SOCKET="+n.notify.Path,
 		testbootc.EnvState+"="+string(n.Bootc),
 	)
-	lw := &lineWriter{out: logf, line: n.onLogLine}
 	p, err := StartProcess(n.f.opts.Bin.Agent, []string{
 		"--kubeconfig", n.kc,
 		"--node-name", n.Name,
@@ -194,25 +206,29 @@ func (n *ProcNode) startAgent() error {
 		"--poll-interval", "2s",
 		"--settle-timeout", "1m",
 		"--reboot-timeout", "2m",
-	}, env, lw)
+		"--trace-file", n.AgentTrace,
+	}, env, logf)
 	if err != nil {
 		logf.Close()
 		return err
 	}
-	go func() { <-p.done; lw.flush(); logf.Close() }()
+	go func() { <-p.done; logf.Close() }()
 	n.agent = p
 	n.agentRuns++
 	return nil
 }
 
 // stopAgent stops the agent as systemd would (SIGTERM, then SIGKILL) and,
-// once every line it wrote is handled, ends a stage it left open.
+// once every step it traced is handled, ends a stage it left open.
 func (n *ProcNode) stopAgent() {
 	n.mu.Lock()
 	p := n.agent
 	n.agent = nil
 	n.mu.Unlock()
 	p.Stop(20 * time.Second)
+	if n.trace != nil {
+		n.trace.sync()
+	}
 	n.mu.Lock()
 	img := n.staging
 	n.staging = ""
@@ -224,6 +240,9 @@ func (n *ProcNode) stopAgent() {
 
 func (n *ProcNode) close() {
 	n.stopAgent()
+	if n.trace != nil {
+		n.trace.close()
+	}
 	if n.Login != nil {
 		n.Login.Close()
 	}
@@ -253,38 +272,40 @@ func (n *ProcNode) readNotify(s *notifysock.Socket) {
 	}
 }
 
-// onLogLine turns the agent's log lines into events.
-func (n *ProcNode) onLogLine(line string) {
-	kv := parseLogfmt(line)
-	switch kv["msg"] {
-	case "grant confirmed":
-		at, _ := time.Parse(time.RFC3339Nano, kv["time"])
-		rv, _ := strconv.ParseInt(kv["resourceVersion"], 10, 64)
-		c := procConfirm{at: at, lease: kv["lease"], rv: rv, image: kv["image"], bootID: kv["bootID"]}
-		step := kv["step"]
+// onTrace turns one line of the agent's trace into events.
+func (n *ProcNode) onTrace(line []byte) {
+	var st agent.Step
+	if err := json.Unmarshal(line, &st); err != nil {
 		n.mu.Lock()
-		n.confirms[step] = append(n.confirms[step], c)
-		n.cond.Broadcast()
+		n.traceErrs = append(n.traceErrs, fmt.Errorf("%s: unreadable trace line %q: %w", n.Name, line, err))
 		n.mu.Unlock()
-		switch step {
-		case "stage":
-			e := n.action(invariant.StageStart, c.image, c)
-			n.mu.Lock()
-			n.staging = c.image
-			n.mu.Unlock()
-			n.f.Log.Add(e)
-		case "apply":
-			e := n.action(invariant.Apply, n.stagedImage(), c)
-			n.f.Log.Add(e)
-		}
-	case "stage finished", "stage failed", "stage cancelled":
+		return
+	}
+	if st.Kind == agent.StepStageEnded {
 		n.mu.Lock()
 		img := n.staging
 		n.staging = ""
 		n.mu.Unlock()
 		if img != "" {
-			n.f.Log.Add(invariant.Event{Kind: invariant.StageEnd, Node: n.Name, Pool: n.Pool, Image: img, Detail: kv["msg"]})
+			n.f.Log.Add(invariant.Event{Kind: invariant.StageEnd, Node: n.Name, Pool: n.Pool, Image: img, Detail: "stage " + st.Outcome})
 		}
+		return
+	}
+	rv, _ := strconv.ParseInt(st.ResourceVersion, 10, 64)
+	c := procConfirm{at: st.Time, lease: st.Lease, rv: rv, image: st.Image, bootID: st.BootID}
+	n.mu.Lock()
+	n.confirms[st.Kind] = append(n.confirms[st.Kind], c)
+	n.cond.Broadcast()
+	n.mu.Unlock()
+	switch st.Kind {
+	case decide.StepStage:
+		e := n.action(invariant.StageStart, c.image, c)
+		n.mu.Lock()
+		n.staging = c.image
+		n.mu.Unlock()
+		n.f.Log.Add(e)
+	case decide.StepApply:
+		n.f.Log.Add(n.action(invariant.Apply, n.stagedImage(), c))
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
@@ -152,22 +153,22 @@ func user(t *testing.T, name string) client.Client {
 	return c
 }
 
+// slot is slot i of kind, free, or granted as the coordinator grants it
+// (the api/lease codec).
 func slot(kind lease.Kind, i int, holder, bootID string, phase lease.Phase) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
-		Name: lease.SlotName(poolNm, kind, i), Namespace: lease.Namespace,
-		Labels: map[string]string{lease.LabelPool: poolNm, lease.LabelSlot: string(kind)},
-	}}
+	l := lease.NewSlot(poolNm, kind, i)
 	if holder == "" {
 		return l
 	}
-	now := metav1.NewMicroTime(time.Now())
-	l.Labels[lease.LabelHolder] = holder
-	l.Annotations = map[string]string{lease.AnnotationImage: img, lease.AnnotationBootID: bootID}
-	if phase != "" {
-		l.Annotations[lease.AnnotationPhase] = string(phase)
+	image, err := imageref.ParsePinned(img)
+	if err != nil {
+		panic(err)
 	}
-	l.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(60)),
-		AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To(int32(1))}
+	now := time.Now()
+	lease.Issue(l, lease.Terms{Kind: kind, Holder: holder, Image: image, BootID: bootID}, now, time.Minute)
+	if phase == lease.PhaseReboot {
+		lease.Advance(l, false, now)
+	}
 	return l
 }
 

@@ -18,9 +18,9 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 const (
@@ -161,7 +161,7 @@ func TestAgentUnderSystemd(t *testing.T) {
 	}
 	// 5. A stage grant in the new boot (as the coordinator gives one): the
 	// lost stage is staged again, locked.
-	k := &integration.Coordinator{C: f.Env.Client, Pool: "infra"}
+	k := &testcoord.Coordinator{C: f.Env.Client, Pool: "infra"}
 	if _, err := k.Grant(ctx, lease.KindStage, 0, n.Name, imgTarget, boot2.BootID, ""); err != nil {
 		t.Fatal(err)
 	}

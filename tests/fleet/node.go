@@ -215,6 +215,9 @@ func (n *SimNode) StopAgent() {
 func (n *SimNode) CrashAgent() { n.StopAgent() }
 
 func (n *SimNode) trace(a agent.Step) {
+	if a.Kind == agent.StepStageEnded {
+		return // the in-process fleet sees stage ends in its test bootc
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.lastTrace = a

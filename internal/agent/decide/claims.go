@@ -45,7 +45,7 @@ func Claims(o Observation, a Action) []Claim {
 			switch {
 			case g.Kind == lease.KindStage:
 				out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonGrantedInAnotherBoot})
-			case !spent(o, g.ID) && !(o.Record.Present && o.Record.Grant == g.ID) && o.Record.Unreadable == "":
+			case !spent(o, g.ID) && (!o.Record.Present || o.Record.Grant != g.ID) && o.Record.Unreadable == "":
 				out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonRebootGrantUnused})
 			}
 			continue

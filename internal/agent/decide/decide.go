@@ -233,18 +233,18 @@ type Observation struct {
 type Kind string
 
 const (
-	// Nothing: report Phase/Reason/Message and wait for the next change.
+	// Nothing means: report Phase/Reason/Message and wait for the next change.
 	Nothing Kind = "Nothing"
-	// RereadLater: the observation is not trustworthy yet; read again soon.
+	// RereadLater means: the observation is not trustworthy yet; read again soon.
 	RereadLater Kind = "RereadLater"
-	// Stage: run bootc switch --download-only Image.
+	// Stage means: run bootc switch --download-only Image.
 	Stage Kind = "Stage"
-	// CancelStage: stop the in-flight stage.
+	// CancelStage means: stop the in-flight stage.
 	CancelStage Kind = "CancelStage"
-	// ApplyAndReboot: (write the record when WriteRecord,) unlock the staged
+	// ApplyAndReboot means: (write the record when WriteRecord,) unlock the staged
 	// deployment and reboot (soft when Soft) under Grant.
 	ApplyAndReboot Kind = "ApplyAndReboot"
-	// ClearRecord: remove the reboot record (marking its grant spent when
+	// ClearRecord means: remove the reboot record (marking its grant spent when
 	// MarkSpent), then report.
 	ClearRecord Kind = "ClearRecord"
 )

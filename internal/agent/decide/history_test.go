@@ -250,7 +250,7 @@ func (h *history) checkStep(before State, in Input, after State, effs []Effect) 
 	return ""
 }
 
-func (h *history) checkEffect(before State, in Input, after State, e Effect) string {
+func (h *history) checkEffect(before State, _ Input, _ State, e Effect) string {
 	w := h.w
 	switch e.Kind {
 	case EffectConfirmStage:

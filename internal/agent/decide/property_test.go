@@ -201,7 +201,7 @@ func TestDecideNeverActsWithoutGrantOrOnStaleStatus(t *testing.T) {
 		if disruptive && o.Record.Unreadable != "" {
 			t.Fatalf("%s with an unreadable record", a.Kind)
 		}
-		if a.Kind == Stage && !(o.Bootc.Known && o.Bootc.CanStage) {
+		if a.Kind == Stage && (!o.Bootc.Known || !o.Bootc.CanStage) {
 			t.Fatalf("staged on a bootc that cannot stage locked (%+v): %s", o.Bootc, a)
 		}
 		if a.Kind == ApplyAndReboot && a.Soft && !o.Bootc.SoftReboot && o.Record.Boot != o.Boot {
@@ -240,7 +240,7 @@ func TestDecideNeverActsWithoutGrantOrOnStaleStatus(t *testing.T) {
 			if !ok {
 				t.Fatalf("reboot into %s under %s without a valid unspent reboot grant in boot %s", a.Image, a.Grant, o.Boot)
 			}
-			if a.Soft && !(o.SoftRebootSupported || (o.Record.Present && o.Record.Soft)) {
+			if a.Soft && !o.SoftRebootSupported && (!o.Record.Present || !o.Record.Soft) {
 				t.Fatalf("soft reboot although systemd does not support it")
 			}
 			if o.Record.Present && o.RebootIssued {

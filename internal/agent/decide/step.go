@@ -162,7 +162,7 @@ type Input struct {
 	Reported  *Reported
 }
 
-// ErrNotConfirmed: the consistent read does not show the grant as held.
+// ErrNotConfirmed means the consistent read does not show the grant as held.
 var ErrNotConfirmed = errors.New("grant not confirmed")
 
 // Step is the agent: from its memory and one input to its next memory and

@@ -22,6 +22,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/tests/fakedbus"
 	"github.com/bootc-fleet/bootc-fleet/tests/notifysock"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 var (
@@ -93,7 +94,7 @@ type node struct {
 	sd     *fakedbus.Systemd1
 	notify <-chan string
 	sock   string
-	k      *Coordinator
+	k      *testcoord.Coordinator
 	extra  []string
 	poll   string // --poll-interval; default 2s
 
@@ -116,7 +117,7 @@ func newNode(t testing.TB, name string, extraEnv ...string) *node {
 		t.Fatal(err)
 	}
 	n := &node{t: t, name: name, dir: d, state: filepath.Join(base, "state"), kc: kc,
-		k: &Coordinator{C: env.Client, Pool: "it-" + name}, extra: extraEnv}
+		k: &testcoord.Coordinator{C: env.Client, Pool: "it-" + name}, extra: extraEnv}
 	n.bus = fakedbus.StartBus(t)
 	n.login = &fakedbus.Login1{}
 	n.sd = &fakedbus.Systemd1{}
@@ -235,7 +236,7 @@ func (n *node) wait(what string, ok func(fleetv1.BootcNodeStatus) bool) fleetv1.
 func (n *node) logged(parts ...string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.out != nil && HasLine(n.out.String(), parts...)
+	return n.out != nil && testcoord.HasLine(n.out.String(), parts...)
 }
 
 func (n *node) until(what string, ok func() bool) {
@@ -284,7 +285,7 @@ func TestAgentStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	n := newNode(t, "it-a")
 	n.start()
 	notifysock.Expect(t, n.notify, "READY=1")
-	n.wait("Waiting", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	n.wait("Waiting", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	notifysock.Expect(t, n.notify, "STATUS=Waiting: Waiting for a stage slot for quay.io/example/os@sha256:222222222222")
 	notifysock.Expect(t, n.notify, "WATCHDOG=1")
 	if c := n.switches(); c != 0 {
@@ -292,7 +293,7 @@ func TestAgentStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	}
 
 	n.grant(lease.KindStage, imgV2, "")
-	st := n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	st := n.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if st.Staged == nil || st.Staged.Digest != digestOf(imgV2) || !st.Staged.DownloadOnly {
 		t.Fatalf("reported staged = %+v", st.Staged)
 	}
@@ -333,7 +334,7 @@ func TestAgentStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if err := n.dir.Update(func(m *testbootc.Machine) error { m.Settle(); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	st = n.wait("Idle on the new image", PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	st = n.wait("Idle on the new image", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	if st.Booted == nil || st.Booted.Digest != digestOf(imgV2) || st.Rollback == nil || st.Rollback.Digest != digestOf(imgV1) {
 		t.Fatalf("after the reboot: booted %+v rollback %+v", st.Booted, st.Rollback)
 	}
@@ -356,7 +357,7 @@ func TestAgentRebootsOncePerGrantAcrossRestart(t *testing.T) {
 	}
 	n.start()
 	n.grant(lease.KindStage, imgV2, "")
-	n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, ""))
+	n.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, ""))
 	n.grant(lease.KindReboot, imgV2, lease.PhaseReboot)
 	store := record.Store{Dir: n.state}
 	n.until("the reboot record", func() bool { r, err := store.Read(); return r != nil && err == nil })
@@ -371,7 +372,7 @@ func TestAgentRebootsOncePerGrantAcrossRestart(t *testing.T) {
 	}
 	n.start()
 	n.until("the reboot after the restart", func() bool { return n.login.Reboots() == 1 })
-	n.wait("Rebooting", PhaseIs(fleetv1.PhaseRebooting, ""))
+	n.wait("Rebooting", testcoord.PhaseIs(fleetv1.PhaseRebooting, ""))
 	// A second restart in the same boot: the record allows the same reboot
 	// again (still one boot), so kill it only after checking the count.
 	if r := n.login.Reboots(); r != 1 {
@@ -400,7 +401,7 @@ func TestAgentCancelsHangingStageOnRevoke(t *testing.T) {
 	}
 	n.start()
 	n.grant(lease.KindStage, imgV2, "")
-	n.wait("Staging", PhaseIs(fleetv1.PhaseStaging, ""))
+	n.wait("Staging", testcoord.PhaseIs(fleetv1.PhaseStaging, ""))
 	var pids []int
 	n.until("the hanging switch", func() bool {
 		b, err := os.ReadFile(n.dir.Path(testbootc.HangPIDsFile))
@@ -418,7 +419,7 @@ func TestAgentCancelsHangingStageOnRevoke(t *testing.T) {
 	if err := n.k.Revoke(context.Background(), lease.KindStage, 0); err != nil {
 		t.Fatal(err)
 	}
-	n.wait("Waiting after the revoke", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	n.wait("Waiting after the revoke", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	for _, p := range pids {
 		n.until(fmt.Sprintf("pid %d gone", p), func() bool {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
@@ -434,7 +435,7 @@ func TestAgentReportsBootedUnexpectedImage(t *testing.T) {
 	n := newNode(t, "it-d", "BOOTC_FLEET_SETTLE_TIMEOUT=1s")
 	n.start()
 	n.grant(lease.KindStage, imgV2, "")
-	n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, ""))
+	n.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, ""))
 	n.grant(lease.KindReboot, imgV2, lease.PhaseReboot)
 	n.until("a logind Reboot call", func() bool { return n.login.Reboots() == 1 })
 	// The staged deployment is replaced by a locked one before the reboot

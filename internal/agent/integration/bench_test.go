@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // BenchmarkAgentIdle measures what the real agent binary costs a node when
@@ -29,7 +30,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 		n := newNode(b, "idle-node")
 		n.poll = "1m" // the production default
 		n.start()
-		if _, err := n.k.WaitStatus(b.Context(), n.name, PhaseIs(fleetv1.PhaseWaiting, "")); err != nil {
+		if _, err := n.k.WaitStatus(b.Context(), n.name, testcoord.PhaseIs(fleetv1.PhaseWaiting, "")); err != nil {
 			b.Fatal(err)
 		}
 		pid := n.cmd.Process.Pid

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -195,7 +196,7 @@ func TestAgentSurvivesClientCertRotation(t *testing.T) {
 	}
 
 	n.start()
-	st := n.wait("first report with the first certificate", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	st := n.wait("first report with the first certificate", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	firstReport := time.Now()
 	if st.LastReportTime == nil || st.LastReportTime.Time.Before(t0) {
 		t.Fatalf("first report's lastReportTime %v is before the test began (%s)", st.LastReportTime, t0)
@@ -298,7 +299,7 @@ func TestAgentReportsThroughExecPlugin(t *testing.T) {
 
 	start := time.Now()
 	n.start()
-	n.wait("first report through the exec plugin", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	n.wait("first report through the exec plugin", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	first := time.Since(start)
 	gen := n.setDesired(imgV3)
 	st := n.wait("a report of the spec change", func(s fleetv1.BootcNodeStatus) bool {

@@ -10,6 +10,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // watchdogLog timestamps every WATCHDOG=1 the agent sends.
@@ -61,7 +62,7 @@ func TestAgentLongPullFeedsTheWatchdog(t *testing.T) {
 	n.start()
 
 	n.grant(lease.KindStage, imgV2, "")
-	n.wait("Staging", PhaseIs(fleetv1.PhaseStaging, ""))
+	n.wait("Staging", testcoord.PhaseIs(fleetv1.PhaseStaging, ""))
 	pullStart := time.Now()
 	ctx := context.Background()
 	st, err := n.k.WaitStatus(ctx, n.name, func(s fleetv1.BootcNodeStatus) bool {
@@ -97,7 +98,7 @@ func TestAgentLongPullFeedsTheWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
-	n.wait("Waiting after the revoke", PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	n.wait("Waiting after the revoke", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if d := time.Since(revoked); d > 30*time.Second {
 		t.Errorf("the revoke took %s to stop the pull", d)
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // A request the API server refuses shows on the node's BootcNode, with the
@@ -56,7 +56,7 @@ func TestRefusedRequestsShowOnTheBootcNode(t *testing.T) {
 		_ = sharedEnv().Client.Delete(context.Background(), role)
 	})
 	h := &harness{t: t, node: node, m: m, bootc: newMemBootc(m), host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
-	h.k = &integration.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node}
+	h.k = &testcoord.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node}
 	// The Role a later binding refers to.
 	if err := envtest.Apply(ctx, sharedEnv().Client, filepath.Join(envtest.RepoRoot(), "packaging/rbac/agent.yaml")); err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestReadyAfterGraceWhenBootcStatusKeepsFailing(t *testing.T) {
 		k.StatusFailure = &testbootc.Failure{ExitCode: 1, Stderr: "error: opening sysroot: simulated failure"}
 	})
 	h := &harness{t: t, node: node, m: m, bootc: newMemBootc(m), host: &memHost{m: m}, notify: &memNotifier{}, state: t.TempDir()}
-	h.k = &integration.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node}
+	h.k = &testcoord.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node}
 	ctx := context.Background()
 	if err := h.k.EnsureBootcNode(ctx, node, imgV2, ""); err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestReadyAfterGraceWhenBootcStatusKeepsFailing(t *testing.T) {
 	if took := time.Since(started); took < 2*time.Second {
 		t.Fatalf("READY=1 after %s, before the grace ran out, with bootc status failing", took)
 	}
-	h.wait("Degraded StatusUnavailable", integration.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonStatusUnavailable))
+	h.wait("Degraded StatusUnavailable", testcoord.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonStatusUnavailable))
 	if !h.notify.hasAll("STATUS=Degraded: ", "simulated failure") {
 		t.Errorf("STATUS= does not say why: %q", h.notify.lines)
 	}

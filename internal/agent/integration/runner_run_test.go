@@ -23,6 +23,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/record"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // sharedEnv is the API server this package's TestMain started (with the
@@ -149,7 +150,7 @@ type harness struct {
 	bootc  *memBootc
 	host   *memHost
 	notify *memNotifier
-	k      *integration.Coordinator
+	k      *testcoord.Coordinator
 	state  string
 	stop   func() error
 	log    logLines
@@ -175,7 +176,7 @@ func startWith(t *testing.T, node string, settle time.Duration, desired string, 
 		bootc:  newMemBootc(m),
 		host:   &memHost{m: m},
 		notify: &memNotifier{},
-		k:      &integration.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node},
+		k:      &testcoord.Coordinator{C: sharedEnv().Client, Pool: "pool-" + node},
 		state:  t.TempDir(),
 		tweak:  tweak,
 	}
@@ -243,7 +244,7 @@ func (l *logLines) Write(p []byte) (int, error) {
 func (l *logLines) has(parts ...string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return integration.HasLine(l.b.String(), parts...)
+	return testcoord.HasLine(l.b.String(), parts...)
 }
 
 func (h *harness) wait(what string, ok func(fleetv1.BootcNodeStatus) bool) fleetv1.BootcNodeStatus {
@@ -273,7 +274,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	ctx := context.Background()
 	boot1 := h.m.BootID()
 
-	st := h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	st := h.wait("Waiting without a grant", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if n, _ := h.bootc.counts(); n != 0 {
 		t.Fatalf("%d switches without a stage grant", n)
 	}
@@ -289,7 +290,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("the other-boot grant listed as released", integration.Lists(other, fleetv1.ReasonGrantedInAnotherBoot))
+	h.wait("the other-boot grant listed as released", testcoord.Lists(other, fleetv1.ReasonGrantedInAnotherBoot))
 	if n, _ := h.bootc.counts(); n != 0 {
 		t.Fatalf("staged under a grant issued in another boot")
 	}
@@ -298,7 +299,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if s := h.m.State().Staged; s == nil || s.Image != imgV2 || !s.DownloadOnly {
 		t.Fatalf("staged = %+v, want %s download-only", s, imgV2)
 	}
@@ -318,7 +319,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if r, _ := h.host.count(); r != 0 {
 		t.Fatalf("rebooted in phase Draining")
 	}
-	st = h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	st = h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	for _, g := range st.Grants {
 		if g.Lease == lease.SlotName(h.k.Pool, lease.KindReboot, 0) {
 			t.Fatalf("reboot grant listed in phase Draining: %+v", st.Grants)
@@ -335,7 +336,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if s := h.m.State().Staged; s == nil || s.DownloadOnly {
 		t.Fatalf("staged deployment not unlocked before the reboot: %+v", s)
 	}
-	h.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, ""))
+	h.wait("Rebooting", testcoord.PhaseIs(fleetv1.PhaseRebooting, ""))
 
 	// The reboot, with a status that still shows the old boot's deployments.
 	newBoot := h.m.Reboot(testbootc.RebootOptions{StaleUntilSettle: true})
@@ -348,7 +349,7 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	}
 	h.wait("still settling", func(s fleetv1.BootcNodeStatus) bool { return s.Reason == fleetv1.ReasonStatusSettling })
 	h.m.Settle()
-	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	h.wait("Idle on the new image", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	if n, _ := h.bootc.counts(); n != 1 {
 		t.Fatalf("%d switches, want exactly 1 (no re-stage after the reboot)", n)
 	}
@@ -374,12 +375,12 @@ func TestRunCancelsStageOnRevokeAndImageChange(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staging", integration.PhaseIs(fleetv1.PhaseStaging, ""))
+	h.wait("Staging", testcoord.PhaseIs(fleetv1.PhaseStaging, ""))
 	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil {
 		t.Fatal(err)
 	}
 	h.until("the stage cancelled on revoke", func() bool { _, c := h.bootc.counts(); return c == 1 })
-	h.wait("Waiting after the revoke", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	h.wait("Waiting after the revoke", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
 		t.Fatal(err)
@@ -409,7 +410,7 @@ func TestRunReportsBootedUnexpectedImageAndNeverReboots(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, ""))
+	h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, ""))
 	if _, err := h.k.Grant(ctx, lease.KindReboot, 0, h.node, imgV2, boot1, lease.PhaseReboot); err != nil {
 		t.Fatal(err)
 	}
@@ -432,8 +433,8 @@ func TestRunReportsBootedUnexpectedImageAndNeverReboots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("the new grant listed as released", integration.Lists(fresh, fleetv1.ReasonBootedUnexpectedImage))
-	h.wait("still Degraded", integration.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonBootedUnexpectedImage))
+	h.wait("the new grant listed as released", testcoord.Lists(fresh, fleetv1.ReasonBootedUnexpectedImage))
+	h.wait("still Degraded", testcoord.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonBootedUnexpectedImage))
 	if n, _ := h.bootc.counts(); n != 1 {
 		t.Fatalf("%d switches, want 1: staged again after an unexpected boot", n)
 	}

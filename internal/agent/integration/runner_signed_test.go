@@ -2,13 +2,13 @@ package integration_test
 
 import (
 	"context"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 )
 
 // A staged deployment that bootc did not verify is not staged once the
@@ -22,7 +22,7 @@ func TestRunRequireSignedImagesRestagesUnverified(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
 		t.Fatal(err)
 	}
-	st := h.wait("Staged unverified", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	st := h.wait("Staged unverified", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if st.Staged == nil || st.Staged.Signature != fleetv1.SignatureInsecure {
 		t.Fatalf("staged %+v, want signature Insecure", st.Staged)
 	}
@@ -36,7 +36,7 @@ func TestRunRequireSignedImagesRestagesUnverified(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindReboot, 0, h.node, imgV2, boot, lease.PhaseReboot); err != nil {
 		t.Fatal(err)
 	}
-	st = h.wait("waiting for a stage slot", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	st = h.wait("waiting for a stage slot", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	if !strings.Contains(st.Message, "not verified") {
 		t.Fatalf("message %q does not say the staged deployment is not verified", st.Message)
 	}

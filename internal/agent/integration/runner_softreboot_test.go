@@ -9,8 +9,8 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent/bootc"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // A soft reboot under policy AllowSoftReboot: the unlock prepares it
@@ -28,7 +28,7 @@ func TestRunSoftRebootsUnderAllowSoftReboot(t *testing.T) {
 	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestRunSoftRebootsUnderAllowSoftReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("the pre-soft-reboot grant listed as released", integration.Lists(stale, fleetv1.ReasonGrantedInAnotherBoot))
+	h.wait("the pre-soft-reboot grant listed as released", testcoord.Lists(stale, fleetv1.ReasonGrantedInAnotherBoot))
 	if n, _ := h.bootc.counts(); n != 1 {
 		t.Fatalf("%d switches, want 1: staged under a grant of the boot before the soft reboot", n)
 	}

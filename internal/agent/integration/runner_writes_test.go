@@ -16,8 +16,8 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
-	"github.com/bootc-fleet/bootc-fleet/internal/agent/integration"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
 // statusLog records every status write of one BootcNode as the API server
@@ -99,7 +99,7 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 	log := watchStatus(t, h.node)
 	ctx := context.Background()
 	boot1 := h.m.BootID()
-	h.wait("Waiting without a grant", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	h.wait("Waiting without a grant", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 	h.until("the watch saw the Waiting report", func() bool { return log.len() > 0 })
 	from := log.len()
 
@@ -107,7 +107,7 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", integration.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil { // the coordinator's release once staged
 		t.Fatal(err)
 	}
@@ -122,9 +122,9 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.until("one reboot request", func() bool { r, _ := h.host.count(); return r == 1 })
-	h.wait("Rebooting", integration.PhaseIs(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting))
+	h.wait("Rebooting", testcoord.PhaseIs(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting))
 	h.m.Reboot(testbootc.RebootOptions{})
-	h.wait("Idle on the new image", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	h.wait("Idle on the new image", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	// Anything written after this would show within a round or two.
 	time.Sleep(time.Second)
 
@@ -151,7 +151,7 @@ func TestRunHoldsTheWaitingReport(t *testing.T) {
 	h := startWith(t, "mem-hold", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = time.Minute })
 	log := watchStatus(t, h.node)
 	ctx := context.Background()
-	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	h.wait("Idle", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	h.until("the watch saw the Idle report", func() bool { return log.len() > 0 })
 	from := log.len()
 	if err := h.k.EnsureBootcNode(ctx, h.node, imgV2, ""); err != nil {
@@ -173,9 +173,9 @@ func TestRunHoldsTheWaitingReport(t *testing.T) {
 // Without a grant the held report is written once the hold has passed.
 func TestRunReportsWaitingAfterTheHold(t *testing.T) {
 	h := startWith(t, "mem-hold2", time.Minute, imgV1, func(c *agent.Config) { c.WaitingHold = 200 * time.Millisecond })
-	h.wait("Idle", integration.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	h.wait("Idle", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
 	if err := h.k.EnsureBootcNode(context.Background(), h.node, imgV2, ""); err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Waiting", integration.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	h.wait("Waiting", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
 }

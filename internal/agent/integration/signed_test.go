@@ -9,6 +9,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 	"github.com/bootc-fleet/bootc-fleet/tests/testregistry"
 )
 
@@ -61,7 +62,7 @@ func TestAgentPullsPrivateImage(t *testing.T) {
 	reg.WriteAuth(t, root, "etc/ostree/auth.json", "node", "wrong")
 	n.start()
 	n.grant(lease.KindStage, img, "")
-	st := n.wait("StageFailed", PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonStageFailed))
+	st := n.wait("StageFailed", testcoord.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonStageFailed))
 	for _, want := range []string{"RegistryUnauthorized: ", "/run/ostree/auth.json, then /etc/ostree/auth.json, then /usr/lib/ostree/auth.json",
 		"reading manifest " + digestOf(img) + " in " + reg.Repo("fleet/os") + ": authentication required"} {
 		if !strings.Contains(st.Message, want) {
@@ -73,10 +74,10 @@ func TestAgentPullsPrivateImage(t *testing.T) {
 		t.Fatalf("message %q does not start with RegistryUnauthorized:", st.Message)
 	}
 	// Still under the grant while retrying.
-	n.wait("grant still listed", Lists(mustGrant(t, n), ""))
+	n.wait("grant still listed", testcoord.Lists(mustGrant(t, n), ""))
 
 	reg.WriteAuth(t, root, "run/ostree/auth.json", "node", "node-secret")
-	st = n.waitFor("Staged after the retry", 2*time.Minute, PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	st = n.waitFor("Staged after the retry", 2*time.Minute, testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if st.Staged == nil || st.Staged.Digest != digestOf(img) || st.Staged.Signature != fleetv1.SignatureInsecure {
 		t.Fatalf("staged %+v, want %s unverified (Insecure)", st.Staged, img)
 	}
@@ -136,7 +137,7 @@ func TestAgentSignedImages(t *testing.T) {
 			n.start()
 			n.grant(lease.KindStage, tc.img, "")
 			if tc.want == "" {
-				st := n.wait("Staged", PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+				st := n.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 				if st.Staged == nil || st.Staged.Digest != digestOf(tc.img) || !st.Staged.Verified() {
 					t.Fatalf("staged %+v, want %s verified (ContainerPolicy)", st.Staged, tc.img)
 				}
@@ -147,12 +148,12 @@ func TestAgentSignedImages(t *testing.T) {
 				return
 			}
 			id := mustGrant(t, n)
-			st := n.wait("SignatureRejected", PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonSignatureRejected))
+			st := n.wait("SignatureRejected", testcoord.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonSignatureRejected))
 			if !strings.Contains(st.Message, tc.want) {
 				t.Fatalf("message %q lacks bootc's %q", st.Message, tc.want)
 			}
 			t.Logf("BootcNode: %s/%s: %s", st.Phase, st.Reason, st.Message)
-			n.wait("grant released", Lists(id, fleetv1.ReasonSignatureRejected))
+			n.wait("grant released", testcoord.Lists(id, fleetv1.ReasonSignatureRejected))
 			if st.Staged != nil {
 				t.Fatalf("something is staged after the rejection: %+v", st.Staged)
 			}
@@ -163,7 +164,7 @@ func TestAgentSignedImages(t *testing.T) {
 			if after := len(n.stageSwitches()); after != before || before != 1 {
 				t.Fatalf("%d switches after the rejection (was %d), want exactly 1 in all", after, before)
 			}
-			n.wait("still SignatureRejected", PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonSignatureRejected))
+			n.wait("still SignatureRejected", testcoord.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonSignatureRejected))
 		})
 	}
 }

@@ -362,10 +362,10 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	// copied onto the Node counts for nothing. Stopped before it, the grant
 	// still says pending, and the mark written in the cordon's own update
 	// says the cordon is ours.
-	pending := l.Annotations[lease.AnnotationCordonedByUs] == plan.CordonPending
+	pending := g.Cordon == lease.CordonPending
 	if (was && pending) || (!was && node != nil) {
 		rec := l.DeepCopy()
-		plan.RecordCordon(rec, !was)
+		lease.RecordCordon(rec, !was)
 		if err := r.client.Update(ctx, rec); err != nil {
 			return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
 		}

@@ -23,7 +23,7 @@ func TestCordonPendingWithTheGrantsMarkIsOurs(t *testing.T) {
 		t.Fatalf("setup: grant %v, cordoned %v", ok, w.nodes["node-00"].Unschedulable)
 	}
 	// The record never landed.
-	w.leases[s.Name].Annotations[lease.AnnotationCordonedByUs] = CordonPending
+	w.leases[s.Name].Annotations[lease.AnnotationCordonedByUs] = string(lease.CordonPending)
 	w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
 	out := w.step()
 	if adv := changes(out, OpAdvance, lease.KindReboot); len(adv) != 1 || !adv[0].CordonedByUs {
@@ -53,7 +53,7 @@ func TestCordonPendingWithoutTheGrantsMarkIsNotOurs(t *testing.T) {
 			if !ok {
 				t.Fatal("setup: no reboot grant")
 			}
-			w.leases[s.Name].Annotations[lease.AnnotationCordonedByUs] = CordonPending
+			w.leases[s.Name].Annotations[lease.AnnotationCordonedByUs] = string(lease.CordonPending)
 			w.nodes["node-00"].CordonedFor = mark(s)
 			w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
 			out := w.step()

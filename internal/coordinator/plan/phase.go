@@ -70,9 +70,9 @@ func withPhase(s Slot) Slot {
 	return s
 }
 
-// WithPhases derives the Phase of every slot, as read (ParseSlot leaves it
-// to the reader): the planner and the plugin take their slots in through it,
-// so a phase given in an Input is never trusted.
+// WithPhases derives the Phase of every slot again (ParseSlot sets it as
+// the Lease is read): the planner and the plugin take their slots in
+// through it, so a phase given in a hand-built Input is never trusted.
 func WithPhases(slots []Slot) []Slot {
 	out := make([]Slot, len(slots))
 	for i, s := range slots {

@@ -342,12 +342,7 @@ func claimOf(st *fleetv1.BootcNodeStatus, id lease.ID) (fleetv1.GrantInUse, bool
 	if st == nil {
 		return fleetv1.GrantInUse{}, false
 	}
-	for _, c := range st.Grants {
-		if c.Lease == id.Lease && c.UID == id.UID && c.LeaseTransitions == id.Transitions {
-			return c, true
-		}
-	}
-	return fleetv1.GrantInUse{}, false
+	return lease.FindClaim(st.Grants, id)
 }
 
 func goneFor(wasRebooting bool, d time.Duration) string {

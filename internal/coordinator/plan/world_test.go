@@ -244,8 +244,8 @@ func (w *world) apply(out Output) {
 			if made {
 				n.Unschedulable, n.CordonedFor = true, lease.CordonMark(g.ID)
 			}
-			if made || l.Annotations[lease.AnnotationCordonedByUs] == CordonPending {
-				RecordCordon(l, made)
+			if made || g.Cordon == lease.CordonPending {
+				lease.RecordCordon(l, made)
 			}
 			if d, ok := w.drains[c.Node]; !ok || d.Grant != g.ID {
 				w.drains[c.Node] = Drain{Grant: g.ID, State: DrainRunning, Attempts: 1}

@@ -1,9 +1,9 @@
-// Package integration tests bootc-fleet-agent against real parts: a real
-// kube-apiserver, a private dbus-daemon with fake logind/systemd1, a real
-// NOTIFY_SOCKET and the test bootc. This file plays the coordinator: it
-// writes BootcNodes and slot Leases exactly as the protocol says, so tests
-// of the agent (in this package and in internal/agent) can grant and revoke.
-package integration
+// Package testcoord plays the coordinator in tests of bootc-fleet-agent (in
+// internal/agent, internal/agent/integration and tests/e2e): it writes
+// BootcNodes, and slot Leases through the api/lease codec the coordinator
+// writes them with, so those tests can grant, advance and revoke exactly as
+// the protocol says.
+package testcoord
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
@@ -27,6 +27,9 @@ type Coordinator struct {
 	Pool string
 	// LeaseSeconds is leaseDurationSeconds of grants (default 30).
 	LeaseSeconds int32
+	// StageTimeout is what stage grants carry (default
+	// lease.DefaultStageTimeout, as a pool's spec.rollout.stageTimeout).
+	StageTimeout time.Duration
 }
 
 // EnsureBootcNode creates (or updates the spec of) node's BootcNode.
@@ -56,76 +59,65 @@ func (k *Coordinator) EnsureBootcNode(ctx context.Context, node, desired string,
 	return fmt.Errorf("updating BootcNode %s: too many conflicts", node)
 }
 
-// Grant gives slot i of kind to node for image in bootID (phase only for
-// reboot slots), creating the slot Lease if needed. It returns the grant's
-// identity.
+// Grant gives slot i of kind to node for image in bootID (soft-reboot count
+// 0), creating the slot Lease if needed, as the coordinator does
+// (lease.Issue): every grant is a new one (leaseTransitions counts it), a
+// stage grant carries StageTimeout, a reboot grant starts in phase Draining
+// with its cordon pending. phase Reboot then advances it at once
+// (SetPhase). It returns the grant's identity.
 func (k *Coordinator) Grant(ctx context.Context, kind lease.Kind, i int, node, image, bootID string, phase lease.Phase) (lease.ID, error) {
-	name := lease.SlotName(k.Pool, kind, i)
+	img, err := imageref.ParsePinned(image)
+	if err != nil {
+		return lease.ID{}, err
+	}
 	l := &coordinationv1.Lease{}
-	err := k.C.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: name}, l)
+	err = k.C.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: lease.SlotName(k.Pool, kind, i)}, l)
 	if apierrors.IsNotFound(err) {
-		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
-			Namespace: lease.Namespace, Name: name,
-			Labels: map[string]string{lease.LabelPool: k.Pool, lease.LabelSlot: string(kind)},
-		}}
+		l = lease.NewSlot(k.Pool, kind, i)
 		if err := k.C.Create(ctx, l); err != nil {
 			return lease.ID{}, err
 		}
 	} else if err != nil {
 		return lease.ID{}, err
 	}
-	now := metav1.NewMicroTime(time.Now())
+	now := time.Now()
 	secs := k.LeaseSeconds
 	if secs == 0 {
 		secs = 30
 	}
-	transitions := int32(0)
-	if l.Spec.LeaseTransitions != nil {
-		transitions = *l.Spec.LeaseTransitions
-	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != node {
-		transitions++
-	}
-	l.Spec.HolderIdentity = ptr.To(node)
-	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
-	l.Spec.LeaseDurationSeconds = ptr.To(secs)
-	l.Spec.LeaseTransitions = ptr.To(transitions)
-	if l.Labels == nil {
-		l.Labels = map[string]string{}
-	}
-	l.Labels[lease.LabelHolder] = node
-	if l.Annotations == nil {
-		l.Annotations = map[string]string{}
-	}
-	l.Annotations[lease.AnnotationImage] = image
-	l.Annotations[lease.AnnotationBootID] = bootID
-	delete(l.Annotations, lease.AnnotationPhase)
-	if kind == lease.KindReboot {
-		l.Annotations[lease.AnnotationPhase] = string(phase)
+	g := lease.Issue(l, lease.Terms{Kind: kind, Holder: node, Image: img, BootID: bootID, StageTimeout: k.stageTimeout()},
+		now, time.Duration(secs)*time.Second)
+	if kind == lease.KindReboot && phase == lease.PhaseReboot {
+		lease.Advance(l, false, now) // this coordinator cordons nothing
 	}
 	if err := k.C.Update(ctx, l); err != nil {
 		return lease.ID{}, err
 	}
-	return lease.ID{Lease: name, UID: l.UID, Transitions: transitions}, nil
+	return g.ID, nil
 }
 
-// SetPhase moves a held reboot slot to phase.
+func (k *Coordinator) stageTimeout() time.Duration {
+	if k.StageTimeout == 0 {
+		return lease.DefaultStageTimeout
+	}
+	return k.StageTimeout
+}
+
+// SetPhase moves held reboot slot i to phase, which must be Reboot: the
+// coordinator advances a drained grant (lease.Advance). This coordinator
+// cordons nothing, so the grant records the cordon as not ours.
 func (k *Coordinator) SetPhase(ctx context.Context, i int, phase lease.Phase) error {
+	if phase != lease.PhaseReboot {
+		return fmt.Errorf("a reboot grant only advances to phase %s, not %q", lease.PhaseReboot, phase)
+	}
 	return k.update(ctx, lease.SlotName(k.Pool, lease.KindReboot, i), func(l *coordinationv1.Lease) {
-		l.Annotations[lease.AnnotationPhase] = string(phase)
+		lease.Advance(l, false, time.Now())
 	})
 }
 
-// Revoke frees slot i of kind.
+// Revoke frees slot i of kind (lease.Clear).
 func (k *Coordinator) Revoke(ctx context.Context, kind lease.Kind, i int) error {
-	return k.update(ctx, lease.SlotName(k.Pool, kind, i), func(l *coordinationv1.Lease) {
-		l.Spec.HolderIdentity = nil
-		l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil
-		delete(l.Labels, lease.LabelHolder)
-		for _, a := range []string{lease.AnnotationImage, lease.AnnotationBootID, lease.AnnotationSoftRebootCount, lease.AnnotationPhase, lease.AnnotationFailure} {
-			delete(l.Annotations, a)
-		}
-	})
+	return k.update(ctx, lease.SlotName(k.Pool, kind, i), lease.Clear)
 }
 
 // Lease returns slot i of kind.
@@ -154,9 +146,6 @@ func (k *Coordinator) update(ctx context.Context, name string, fn func(*coordina
 		l := &coordinationv1.Lease{}
 		if err := k.C.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: name}, l); err != nil {
 			return err
-		}
-		if l.Annotations == nil {
-			l.Annotations = map[string]string{}
 		}
 		fn(l)
 		err := k.C.Update(ctx, l)
@@ -217,12 +206,8 @@ func PhaseIs(p fleetv1.NodePhase, reason string) func(fleetv1.BootcNodeStatus) b
 // ("" while the agent uses it).
 func Lists(id lease.ID, released string) func(fleetv1.BootcNodeStatus) bool {
 	return func(s fleetv1.BootcNodeStatus) bool {
-		for _, g := range s.Grants {
-			if g.Lease == id.Lease && g.UID == id.UID && g.LeaseTransitions == id.Transitions && g.Released == released {
-				return true
-			}
-		}
-		return false
+		g, ok := lease.FindClaim(s.Grants, id)
+		return ok && g.Released == released
 	}
 }
 
