@@ -93,19 +93,19 @@ func TestRebootGrantTransitions(t *testing.T) {
 			tc{r.record, "Node deleted, rebootTimeout passed", 0, []Transition{edge(r.phase, OpRelease, WhyNodeDeleted, PhaseFree)}},
 			tc{r.record, "left the pool", 0, []Transition{edge(r.phase, OpRevoke, WhyLeftPool, PhaseFree)}},
 			tc{r.record, "back in another boot, grant unused", 0, []Transition{edge(r.phase, OpRevoke, WhyBootChanged, PhaseFree)}},
-			tc{r.record, "signed images now required, stage unverified and unused", 0, []Transition{edge(r.phase, OpRevoke, WhyUnverified, PhaseFree)}})
+			tc{r.record, "signed images now required, stage unverified and unused", 0, []Transition{edge(r.phase, OpRevoke, WhyStagedUnverified, PhaseFree)}})
 	}
 	// The minReadySeconds records and the reboot timer.
 	cases = append(cases,
-		tc{"Rebooting", "verified back", 60, []Transition{edge(PhaseRebooting, OpMarkBack, WhyBack, PhaseVerifying)}},
+		tc{"Rebooting", "verified back", 60, []Transition{edge(PhaseRebooting, OpMarkBack, WhyBackOnImage, PhaseVerifying)}},
 		tc{"Rebooting", "not Ready past rebootTimeout", 60, []Transition{edge(PhaseRebooting, OpMarkFailed, WhyRebootTimeout, PhaseFailed)}},
-		tc{"Verifying, came back and fell over since", "verified back", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyBack, PhaseVerifying)}},
-		tc{"Verifying", "not Ready", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyFellOver, PhaseVerifying)}},
-		tc{"Verifying", "not Ready past rebootTimeout", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyFellOver, PhaseVerifying)}},
-		tc{"Verifying, back-since without came-back (an older grant)", "not Ready", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyFellOver, PhaseRebooting)}},
+		tc{"Verifying, came back and fell over since", "verified back", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyBackOnImage, PhaseVerifying)}},
+		tc{"Verifying", "not Ready", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyNotBackAnyMore, PhaseVerifying)}},
+		tc{"Verifying", "not Ready past rebootTimeout", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyNotBackAnyMore, PhaseVerifying)}},
+		tc{"Verifying, back-since without came-back (an older grant)", "not Ready", 60, []Transition{edge(PhaseVerifying, OpMarkBack, WhyNotBackAnyMore, PhaseRebooting)}},
 		tc{"Verifying, back-since without came-back (an older grant)", "not Ready past rebootTimeout", 0, []Transition{edge(PhaseVerifying, OpMarkFailed, WhyRebootTimeout, PhaseFailed)}},
-		tc{"Failed", "verified back", 60, []Transition{edge(PhaseFailed, OpMarkBack, WhyBack, PhaseFailed)}},
-		tc{"Failed, back since", "not Ready", 60, []Transition{edge(PhaseFailed, OpMarkBack, WhyFellOver, PhaseFailed)}},
+		tc{"Failed", "verified back", 60, []Transition{edge(PhaseFailed, OpMarkBack, WhyBackOnImage, PhaseFailed)}},
+		tc{"Failed, back since", "not Ready", 60, []Transition{edge(PhaseFailed, OpMarkBack, WhyNotBackAnyMore, PhaseFailed)}},
 	)
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s, %s, minReadySeconds %d", c.record, c.cause, c.minReady), func(t *testing.T) {
@@ -208,7 +208,7 @@ func TestStageAndDrainingGrantTransitions(t *testing.T) {
 			if w.bns["node-00"].Status.Grants[0].Lease != s.Name {
 				t.Fatal("setup: the agent does not list the grant")
 			}
-		}, OpRevoke, WhyReleased},
+		}, OpRevoke, WhyReleasedByAgent},
 		{"held past stageTimeout", func(w *world) {
 			w.input()                 // the coordinator sees the grant now
 			for i := 0; i < 62; i++ { // heartbeats keep it alive meanwhile
@@ -234,6 +234,6 @@ func TestStageAndDrainingGrantTransitions(t *testing.T) {
 		w := stagedWorld(2, 1)
 		w.step()
 		w.pool.Spec.RequireSignedImages = true
-		checkSlotStep(t, w, "workers-reboot-0", edge(PhaseDraining, OpRevoke, WhyUnverified))
+		checkSlotStep(t, w, "workers-reboot-0", edge(PhaseDraining, OpRevoke, WhyStagedUnverified))
 	})
 }

@@ -84,13 +84,13 @@ func (p *planner) trackBack(s Slot, n Node, back bool) {
 	}
 	switch {
 	case back && s.BackSince.IsZero():
-		p.change(s, SlotChange{Op: OpMarkBack, BackSince: p.in.Now, Why: WhyBack})
+		p.change(s, SlotChange{Op: OpMarkBack, BackSince: p.in.Now, Why: WhyBackOnImage})
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeBack, "node %s is back on %s; releasing reboot slot %s once it has stayed Ready for %s (minReadySeconds)", n.Name, s.Grant.Image, s.Name, p.minReady())
 		p.requeueAt(p.in.Now.Add(p.minReady()))
 	case back:
 		p.requeueAt(s.BackSince.Add(p.minReady()))
 	case !s.BackSince.IsZero():
-		p.change(s, SlotChange{Op: OpMarkBack, Why: WhyFellOver})
+		p.change(s, SlotChange{Op: OpMarkBack, Why: WhyNotBackAnyMore})
 		p.nodeEvent(n.Name, "Warning", fleetv1.EventNodeFellOver, "node %s came back on %s but is not any more (Ready %v) before minReadySeconds (%s) passed; reboot slot %s stays held, and the minReadySeconds clock starts again once it is back (it came back in time, so rebootTimeout no longer applies)",
 			n.Name, s.Grant.Image, n.Ready, p.minReady(), s.Name)
 	}

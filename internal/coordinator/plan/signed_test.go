@@ -102,7 +102,7 @@ func TestRequireSignedImagesRevokesDrainingGrantOfUnverifiedStage(t *testing.T) 
 	w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged)
 	out := w.step()
 	rv := changes(out, OpRevoke, lease.KindReboot)
-	if len(rv) != 1 || rv[0].Why != WhyUnverified || !hasEvent(out, fleetv1.EventGrantRevoked, "without enforcing the signature policy") {
+	if len(rv) != 1 || rv[0].Why != WhyStagedUnverified || !hasEvent(out, fleetv1.EventGrantRevoked, "without enforcing the signature policy") {
 		t.Fatalf("changes %+v events %+v, want the reboot grant revoked as StagedUnverified", out.Changes, out.Events)
 	}
 }

@@ -57,8 +57,8 @@ func TestRebootGrantOverUnverifiedStageIsRevokedOnceProvablyUnused(t *testing.T)
 			if !c.revoke {
 				return
 			}
-			if rv[0].Why != WhyUnverified || !rv[0].Uncordon || rv[0].Node != "node-00" {
-				t.Fatalf("revoke %+v, want Why %s, uncordoning our cordon", rv[0], WhyUnverified)
+			if rv[0].Why != WhyStagedUnverified || !rv[0].Uncordon || rv[0].Node != "node-00" {
+				t.Fatalf("revoke %+v, want Why %s, uncordoning our cordon", rv[0], WhyStagedUnverified)
 			}
 			if !hasEvent(out, fleetv1.EventStagedNotVerified, "not verified") {
 				t.Fatalf("no %s Event saying why: %+v", fleetv1.EventStagedNotVerified, out.Events)

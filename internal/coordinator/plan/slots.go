@@ -186,7 +186,7 @@ func (p *planner) endReboot(h heldSlot) (done bool) {
 		// waits for a stage grant the coordinator gives no slot holder.
 		// Revoke it, so the node is staged again, verified, and granted
 		// again, instead of timing out as a reboot that never came back.
-		p.change(s, SlotChange{Op: OpRevoke, Why: WhyUnverified, Uncordon: h.uncordon})
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyStagedUnverified, Uncordon: h.uncordon})
 		p.nodeEvent(n.Name, "Warning", fleetv1.EventStagedNotVerified, "revoked reboot slot %s of node %s in phase Reboot: its staged %s was not verified by the container signature policy (signature %q) and the pool now requires signed images; its agent reports, acting on that spec, that it waits with the stage locked and never rebooted under the grant, so it will be staged again with enforcement and granted again%s",
 			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(h.uncordon))
 		delete(p.failedSlot, g.Holder)
@@ -233,7 +233,7 @@ func (p *planner) onDraining(h heldSlot) {
 	case st != nil && onDigest(st.Staged, g.Image.Digest) && !p.stagedForReboot(st, g.Image):
 		// requireSignedImages was turned on after the stage: the node is
 		// staged again, verified, before it may reboot.
-		revoke(WhyUnverified)
+		revoke(WhyStagedUnverified)
 		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: its staged %s was fetched without enforcing the signature policy (signature %q) and the pool requires signed images; it will be staged again%s",
 			s.Name, n.Name, g.Image, orUnknown(string(st.Staged.Signature)), restored(h.uncordon))
 	default:
@@ -287,7 +287,7 @@ func (p *planner) onStaging(h heldSlot) {
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
 	case claimed && claim.Released != "":
-		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleased})
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleasedByAgent})
 		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",
 			n.Name, s.Name, claim.Released, text.Truncate(st.Message, 300), n.Name)
 	case !p.in.Now.Before(p.stageDeadline(g)):

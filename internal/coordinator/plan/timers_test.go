@@ -84,7 +84,7 @@ func TestStageGrantReleasedByAgentGoesToTheNextNode(t *testing.T) {
 	st.Reason, st.Message = fleetv1.ReasonStageFailed, "gave up after 3 failed attempts"
 	st.Grants[0].Released = fleetv1.ReasonStageFailed
 	out := w.step()
-	if rv := changes(out, OpRevoke, lease.KindStage); len(rv) != 1 || rv[0].Why != WhyReleased || rv[0].Node != "node-00" {
+	if rv := changes(out, OpRevoke, lease.KindStage); len(rv) != 1 || rv[0].Why != WhyReleasedByAgent || rv[0].Node != "node-00" {
 		t.Fatalf("released grant not revoked at once: %+v", out.Changes)
 	}
 	// In the same pass, after the revoke.

@@ -26,35 +26,35 @@ var Transitions = transitions(
 	// onStaging, and holderOf for every phase (the holder's Node deleted,
 	// or out of the pool).
 	edges(PhaseStaging, OpRelease, PhaseFree, WhyStaged, WhyExpired, WhyNodeDeleted),
-	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyReleased, WhyStageTimedOut, WhyLeftPool),
+	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyReleasedByAgent, WhyStageTimedOut, WhyLeftPool),
 	// onDraining and drain.
 	edges(PhaseDraining, OpCordon, PhaseDraining, WhyCordon),
 	edges(PhaseDraining, OpAdvance, PhaseRebooting, WhyDrained),
 	edges(PhaseDraining, OpRelease, PhaseFree, WhyNodeDeleted),
-	edges(PhaseDraining, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyUnverified, WhyLeftPool),
+	edges(PhaseDraining, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),
 	// The coordinator writes failure and back-since only in phase Reboot;
 	// a Draining grant someone else annotated so keeps them through the
 	// advance, which the Lease then reads as.
 	edges(PhaseDraining, OpAdvance, PhaseFailed, WhyDrained),
 	edges(PhaseDraining, OpAdvance, PhaseVerifying, WhyDrained),
 	// onRebooting: endReboot, rebootTimer, trackBack.
-	edges(PhaseRebooting, OpMarkBack, PhaseVerifying, WhyBack),
+	edges(PhaseRebooting, OpMarkBack, PhaseVerifying, WhyBackOnImage),
 	edges(PhaseRebooting, OpMarkFailed, PhaseFailed, WhyRebootTimeout),
 	edges(PhaseRebooting, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
-	edges(PhaseRebooting, OpRevoke, PhaseFree, WhyBootChanged, WhyUnverified, WhyLeftPool),
+	edges(PhaseRebooting, OpRevoke, PhaseFree, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),
 	// onVerifying: a holder that came back and fell over keeps the
 	// came-back record (Verifying); a back-since record without it (a grant
 	// from before that annotation) goes back to Rebooting, and its timer
 	// still runs.
-	edges(PhaseVerifying, OpMarkBack, PhaseVerifying, WhyBack, WhyFellOver),
-	edges(PhaseVerifying, OpMarkBack, PhaseRebooting, WhyFellOver),
+	edges(PhaseVerifying, OpMarkBack, PhaseVerifying, WhyBackOnImage, WhyNotBackAnyMore),
+	edges(PhaseVerifying, OpMarkBack, PhaseRebooting, WhyNotBackAnyMore),
 	edges(PhaseVerifying, OpMarkFailed, PhaseFailed, WhyRebootTimeout),
 	edges(PhaseVerifying, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
-	edges(PhaseVerifying, OpRevoke, PhaseFree, WhyBootChanged, WhyUnverified, WhyLeftPool),
+	edges(PhaseVerifying, OpRevoke, PhaseFree, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),
 	// onFailed: the failure stays until the slot is freed.
-	edges(PhaseFailed, OpMarkBack, PhaseFailed, WhyBack, WhyFellOver),
+	edges(PhaseFailed, OpMarkBack, PhaseFailed, WhyBackOnImage, WhyNotBackAnyMore),
 	edges(PhaseFailed, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
-	edges(PhaseFailed, OpRevoke, PhaseFree, WhyBootChanged, WhyUnverified, WhyLeftPool),
+	edges(PhaseFailed, OpRevoke, PhaseFree, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),
 )
 
 func edges(from SlotPhase, op Op, to SlotPhase, whys ...string) []Transition {

@@ -307,22 +307,22 @@ type Output struct {
 
 // Why values of slot changes.
 const (
-	WhyStaged        = "Staged"
-	WhyVerified      = "Verified"
-	WhyExpired       = "Expired"
-	WhyImageChanged  = "ImageChanged"
-	WhyNodeDeleted   = "NodeDeleted"
-	WhyLeftPool      = "LeftPool"
-	WhyBootChanged   = "BootChanged"
-	WhyDrained       = "Drained"
-	WhyMalformed     = "Malformed"
-	WhyReleased      = "ReleasedByAgent"
-	WhyUnverified    = "StagedUnverified"
-	WhyBack          = "BackOnImage"
-	WhyFellOver      = "NotBackAnyMore"
-	WhyCordon        = "Cordon"
-	WhyEligible      = "Eligible"
-	WhyRebootTimeout = fleetv1.ReasonRebootTimeout
+	WhyStaged           = "Staged"
+	WhyVerified         = "Verified"
+	WhyExpired          = "Expired"
+	WhyImageChanged     = "ImageChanged"
+	WhyNodeDeleted      = "NodeDeleted"
+	WhyLeftPool         = "LeftPool"
+	WhyBootChanged      = "BootChanged"
+	WhyDrained          = "Drained"
+	WhyMalformed        = "Malformed"
+	WhyReleasedByAgent  = "ReleasedByAgent"
+	WhyStagedUnverified = "StagedUnverified"
+	WhyBackOnImage      = "BackOnImage"
+	WhyNotBackAnyMore   = "NotBackAnyMore"
+	WhyCordon           = "Cordon"
+	WhyEligible         = "Eligible"
+	WhyRebootTimeout    = fleetv1.ReasonRebootTimeout
 	// WhyStageTimedOut: a stage grant held longer than stageTimeout plus a
 	// lease duration (amendment 19).
 	WhyStageTimedOut = fleetv1.ReasonStageTimedOut
