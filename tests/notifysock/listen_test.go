@@ -1,19 +1,14 @@
 package notifysock
 
 import (
-	"net"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim/notifysock"
 	"os"
 	"testing"
 )
 
 func send(t *testing.T, path, msg string) {
 	t.Helper()
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte(msg)); err != nil {
+	if err := notifysock.Send(path, msg); err != nil {
 		t.Fatal(err)
 	}
 }

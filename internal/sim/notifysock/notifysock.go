@@ -116,3 +116,14 @@ func WaitPrefixTimeout(msgs <-chan string, prefix string, timeout time.Duration)
 	defer cancel()
 	return WaitPrefix(ctx, msgs, prefix)
 }
+
+// Send sends one datagram to the socket at path, as sd_notify does.
+func Send(path, msg string) error {
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Write([]byte(msg))
+	return err
+}

@@ -3,7 +3,6 @@ package notifysock
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -11,12 +10,7 @@ import (
 
 func send(t *testing.T, path, msg string) {
 	t.Helper()
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte(msg)); err != nil {
+	if err := Send(path, msg); err != nil {
 		t.Fatal(err)
 	}
 }
