@@ -77,7 +77,7 @@ build() { # name arch context containerfile title description
 for arch in "${arches[@]}"; do
 	for prog in agent coordinator; do
 		CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$version" \
-			-o "$out/bootc-fleet-$prog-linux-$arch" "./$prog/cmd/bootc-fleet-$prog"
+			-o "$out/bootc-fleet-$prog-linux-$arch" "./cmd/bootc-fleet-$prog"
 	done
 
 	c="$work/coordinator-$arch"
