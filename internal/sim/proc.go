@@ -8,18 +8,18 @@ package sim
 //
 // What the event log can know, and how:
 //   - LeaseVersion, Cordon, Uncordon: Record (watches of the API server).
-//   - StageStart, Apply: the agent's "grant confirmed" log line for the step
-//     "stage" or "apply", which it writes right before it runs bootc switch or
-//     bootc upgrade. The line names the lease version the agent's renew
-//     produced (GrantLease/GrantRV). CheckInvocations cross-checks the counts
-//     against the test bootc's own log of what ran.
-//   - StageEnd: the agent's "stage finished", "stage failed" or "stage
-//     cancelled" line, or the agent process ending. Logged a little late,
+//   - StageStart, Apply: the step "stage" or "apply" of the agent's trace
+//     (--trace-file, JSON lines), which it writes right after the grant's
+//     consistent read and right before it runs bootc switch or bootc
+//     upgrade. The step names the lease version that read returned
+//     (GrantLease/GrantRV). CheckInvocations cross-checks the counts against
+//     the test bootc's own log of what ran.
+//   - StageEnd: the trace's "stage-ended" step (finished, failed, rejected
+//     or cancelled), or the agent process ending. Traced a little late,
 //     which only makes the staging count (I2) stricter.
 //   - Reboot: the fake logind's Reboot call, with the grant of the agent's
-//     last "grant confirmed" line for the step "reboot"; a soft reboot is
-//     logind's RebootWithFlags(SD_LOGIND_SOFT_REBOOT), with the step
-//     "soft-reboot".
+//     last traced step "reboot"; a soft reboot is logind's
+//     RebootWithFlags(SD_LOGIND_SOFT_REBOOT), with the step "soft-reboot".
 //   - Boot: the harness plays the reboot, so it knows the new boot.
 //   - ContentBoot: the boot the last `bootc status` before the step's
 //     confirmation described. The test bootc logs when each status ran; the
@@ -27,7 +27,7 @@ package sim
 //     stale. A read logged inside a stale window counts as stale even if it
 //     ran a moment after the window closed, so I5 can only be stricter.
 //   - CurrentBoot/BootID: the harness's own machine state; the agent is
-//     stopped while a reboot is played, so every line belongs to one boot.
+//     stopped while a reboot is played, so every traced step belongs to one boot.
 
 import (
 	"context"

@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 // traceFollower reads the trace file every run of a node's agent appends
@@ -24,18 +26,31 @@ func followTrace(path string, on func([]byte)) (*traceFollower, error) {
 	if err != nil {
 		return nil, err
 	}
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = w.Add(path)
+	}
+	if err != nil {
+		f.Close()
+		if w != nil {
+			w.Close()
+		}
+		return nil, err
+	}
 	t := &traceFollower{on: on, syncs: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	go t.run(f)
+	go t.run(f, w)
 	return t, nil
 }
 
-// traceFollowEvery is how often the file is read for new lines; sync
-// reads at once.
-const traceFollowEvery = 25 * time.Millisecond
+// traceFollowEvery is how often the file is read for new lines when no
+// write event came (a safety net: inotify reports every write); sync reads
+// at once.
+const traceFollowEvery = time.Second
 
-func (t *traceFollower) run(f *os.File) {
+func (t *traceFollower) run(f *os.File, w *fsnotify.Watcher) {
 	defer close(t.done)
 	defer f.Close()
+	defer w.Close()
 	var partial []byte
 	buf := make([]byte, 64<<10)
 	drain := func() {
@@ -66,6 +81,8 @@ func (t *traceFollower) run(f *os.File) {
 		case <-t.stop:
 			drain()
 			return
+		case <-w.Events:
+		case <-w.Errors:
 		case <-tick.C:
 		}
 	}
