@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	"github.com/bootc-fleet/bootc-fleet/api/text"
 )
 
 // Kind is what happened.
@@ -120,14 +121,14 @@ func (e Event) String() string {
 	return b.String()
 }
 
+// short keeps an image or boot ID readable in an event line: through 12
+// characters after the last colon (a digest's), else the first 13, cut at
+// a rune boundary by text.Truncate like every other cut text.
 func short(s string) string {
 	if at := strings.LastIndex(s, ":"); at >= 0 && len(s)-at > 12 {
-		return s[:at+13] + "…"
+		return text.Truncate(s, at+13+len(text.Ellipsis))
 	}
-	if len(s) > 13 {
-		return s[:13] + "…"
-	}
-	return s
+	return text.Truncate(s, 13+len(text.Ellipsis))
 }
 
 // Pool is the budget of one pool.

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 )
@@ -341,5 +342,20 @@ func TestConvergenceJudgesEachNodeByItsPlatformImage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestShortCutsAtARuneBoundary(t *testing.T) {
+	digest := "quay.io/os@sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct{ in, want string }{
+		{digest, "quay.io/os@sha256:abababababab…"},
+		{"sha256:" + strings.Repeat("c", 12), "sha256:" + strings.Repeat("c", 12)},
+		{"0f562c26-boot", "0f562c26-boot"},
+		{"ééééééééé", "éééééé…"},
+	} {
+		got := short(tc.in)
+		if got != tc.want || !utf8.ValidString(got) {
+			t.Errorf("short(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
