@@ -373,9 +373,10 @@ func TestStatusWaitsForTheSysrootLock(t *testing.T) {
 			pulled <- code
 		}()
 		// Wait until the switch holds the lock: a status with a short
-		// deadline then cannot get it.
+		// deadline then cannot get it. Bounded by time, not by tries: on a
+		// loaded machine the switch's goroutine may not run for a while.
 		var blocked bool
-		for i := 0; i < 500 && !blocked; i++ {
+		for deadline := time.Now().Add(30 * time.Second); !blocked && time.Now().Before(deadline); {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			code, _ := mem.Run(ctx, []string{"status", "--json"}, io.Discard, io.Discard)
 			cancel()
