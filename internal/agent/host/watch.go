@@ -106,26 +106,21 @@ func (ws *watchSet) relevant(name string) bool {
 // each existing target directory are watched. It reports whether a target
 // appeared or vanished since the last call (the events that created it may
 // have happened before its directory was watched).
+//
+// The parent's watch is added before the target is looked at: a target
+// created after the look then raises an event on the new watch, and one
+// created before it is seen by the look. Looking first would lose a target
+// created between the look and the watch.
 func (ws *watchSet) rearm() (changed bool, err error) {
 	for _, t := range ws.targets {
+		if err := ws.watchNearestAncestor(t); err != nil {
+			return changed, err
+		}
 		fi, statErr := os.Stat(t)
 		exists := statErr == nil
 		if exists != ws.exists[t] {
 			changed = true
 			ws.exists[t] = exists
-		}
-		dir := filepath.Dir(t)
-		for {
-			if e := ws.w.Add(dir); e == nil {
-				break
-			} else if !errors.Is(e, os.ErrNotExist) && !errors.Is(e, os.ErrPermission) {
-				return changed, fmt.Errorf("watching %s: %w", dir, e)
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				return changed, fmt.Errorf("watching %s: no existing parent", t)
-			}
-			dir = parent
 		}
 		if exists && fi.IsDir() {
 			if e := ws.w.Add(t); e != nil && !errors.Is(e, os.ErrNotExist) {
@@ -134,4 +129,22 @@ func (ws *watchSet) rearm() (changed bool, err error) {
 		}
 	}
 	return changed, nil
+}
+
+func (ws *watchSet) watchNearestAncestor(t string) error {
+	dir := filepath.Dir(t)
+	for {
+		e := ws.w.Add(dir)
+		if e == nil {
+			return nil
+		}
+		if !errors.Is(e, os.ErrNotExist) && !errors.Is(e, os.ErrPermission) {
+			return fmt.Errorf("watching %s: %w", dir, e)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return fmt.Errorf("watching %s: no existing parent", t)
+		}
+		dir = parent
+	}
 }
