@@ -51,6 +51,9 @@ type Terms struct {
 	SoftRebootCount uint32
 	// StageTimeout (stage grants): written when positive (amendment 19).
 	StageTimeout time.Duration
+	// Rollback (reboot grants): a rollback grant; Image is the node's
+	// rollback deployment (amendment 25).
+	Rollback bool
 }
 
 // NewSlot is free slot index of kind of pool, to create.
@@ -97,6 +100,7 @@ func Issue(l *coordinationv1.Lease, t Terms, now time.Time, d time.Duration) Gra
 		// then a Node cordoned with this grant's mark is ours (the call
 		// writes the mark in the cordon's own update), amendment 23.
 		g.Phase, g.Cordon = PhaseDraining, CordonPending
+		g.Rollback = t.Rollback
 	}
 	Clear(l)
 	put(l, g)
@@ -121,6 +125,9 @@ func put(l *coordinationv1.Lease, g Grant) {
 		if v != "" {
 			a[k] = v
 		}
+	}
+	if g.Kind == KindReboot && g.Rollback {
+		a[AnnotationPurpose] = PurposeRollback
 	}
 	if g.Kind == KindStage && g.StageTimeout > 0 && g.StageTimeoutProblem == "" {
 		a[AnnotationStageTimeout] = FormatStageTimeout(g.StageTimeout)
@@ -201,7 +208,7 @@ func MarkBack(l *coordinationv1.Lease, since time.Time) {
 // grantAnnotations are every annotation a grant (or its release) writes.
 var grantAnnotations = []string{AnnotationImage, AnnotationBootID, AnnotationSoftRebootCount, AnnotationPhase,
 	AnnotationFailure, AnnotationCordonedByUs, AnnotationBackSince, AnnotationCameBack, AnnotationReleasedAt,
-	AnnotationStageTimeout}
+	AnnotationStageTimeout, AnnotationPurpose}
 
 // GrantAnnotations are the annotations a grant, or the release of one,
 // writes on a slot Lease; Clear removes them all.
@@ -246,7 +253,7 @@ func Reset(l *coordinationv1.Lease) {
 // it, so nothing stale is read from it later.
 func ParseFree(l *coordinationv1.Lease) (releasedAt time.Time, err error) {
 	_, softCount := l.Annotations[AnnotationSoftRebootCount]
-	if l.Labels[LabelHolder] != "" || l.Annotations[AnnotationImage] != "" || l.Annotations[AnnotationPhase] != "" || softCount {
+	if l.Labels[LabelHolder] != "" || l.Annotations[AnnotationImage] != "" || l.Annotations[AnnotationPhase] != "" || l.Annotations[AnnotationPurpose] != "" || softCount {
 		return time.Time{}, errors.New("free slot with leftover grant labels or annotations")
 	}
 	return parseTime(l.Annotations[AnnotationReleasedAt]), nil
@@ -313,6 +320,13 @@ func parseHeld(l *coordinationv1.Lease, g *Grant) string {
 		g.Phase = p
 	default:
 		return fmt.Sprintf("annotation %s=%q is not valid on a %s slot", AnnotationPhase, p, g.Kind)
+	}
+	switch v, ok := l.Annotations[AnnotationPurpose]; {
+	case !ok:
+	case g.Kind == KindReboot && v == PurposeRollback:
+		g.Rollback = true
+	default:
+		return fmt.Sprintf("annotation %s=%q is not valid on a %s slot", AnnotationPurpose, v, g.Kind)
 	}
 	return parseSpec(l, g)
 }

@@ -83,6 +83,7 @@ func (f fuzzGrant) grant() Grant {
 	}
 	if kind == KindReboot {
 		g.Cordon = []Cordon{CordonPending, CordonOurs, CordonNotOurs}[f.cordon%3]
+		g.Rollback = f.cordon&8 != 0
 	}
 	return g
 }
@@ -215,6 +216,7 @@ func TestEncodeParseRoundTrip(t *testing.T) {
 		"stage grant without a stage timeout":             absent,
 		"reboot grant just issued":                        draining,
 		"reboot grant back once, not now":                 cameBackOnly,
+		"rollback grant":                                  func() Grant { g := fullReboot; g.Rollback = true; return g }(),
 		"soft-reboot count at its largest":                func() Grant { g := fullStage; g.SoftRebootCount = 1<<32 - 1; return g }(),
 		"stage timeout at the bounds of the schema (min)": func() Grant { g := fullStage; g.StageTimeout = MinStageTimeout; return g }(),
 		"stage timeout at the bounds of the schema (max)": func() Grant { g := fullStage; g.StageTimeout = MaxStageTimeout; return g }(),
@@ -430,5 +432,47 @@ func TestMatches(t *testing.T) {
 				t.Fatalf("FindClaim = %+v, %v", got, ok)
 			}
 		})
+	}
+}
+
+func TestPurposeOnlyOnRebootSlots(t *testing.T) {
+	l := Encode(fullStage)
+	l.Annotations[AnnotationPurpose] = PurposeRollback
+	if _, err := Parse(l); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("stage slot with a purpose: %v, want malformed", err)
+	}
+	l = Encode(fullReboot)
+	l.Annotations[AnnotationPurpose] = "Update"
+	if _, err := Parse(l); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("reboot slot with purpose Update: %v, want malformed", err)
+	}
+	free := NewSlot("workers", KindReboot, 0)
+	free.Annotations = map[string]string{AnnotationPurpose: PurposeRollback}
+	if _, err := ParseFree(free); err == nil {
+		t.Fatal("a free slot with a purpose left on it reads as clean")
+	}
+}
+
+func TestRollbackGrantAllowsOnlyRollback(t *testing.T) {
+	g := fullReboot
+	g.Failure = ""
+	c := Check{Node: nodeA, Image: g.Image.String(), BootID: g.BootID, SoftRebootCount: g.SoftRebootCount,
+		Now: t0, LastHeartbeat: t0}
+	for _, tc := range []struct {
+		rollback bool
+		action   Action
+		ok       bool
+	}{
+		{false, ActionReboot, true}, {false, ActionRollback, false}, {false, ActionStage, false},
+		{true, ActionRollback, true}, {true, ActionReboot, false}, {true, ActionStage, false},
+	} {
+		g.Rollback, c.Action = tc.rollback, tc.action
+		if err := g.Allows(c); (err == nil) != tc.ok {
+			t.Errorf("rollback=%v %s: %v, want allowed=%v", tc.rollback, tc.action, err, tc.ok)
+		}
+	}
+	g.Rollback, g.Phase, c.Action = true, PhaseDraining, ActionRollback
+	if err := g.Allows(c); !errors.Is(err, ErrNotReboot) {
+		t.Errorf("rollback grant in phase Draining: %v, want ErrNotReboot", err)
 	}
 }

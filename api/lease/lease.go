@@ -35,6 +35,12 @@ const (
 	// boot a grant belongs to is the boot ID and this count together.
 	AnnotationSoftRebootCount = "fleet.bootc.dev/soft-reboot-count"
 	AnnotationPhase           = "fleet.bootc.dev/phase" // reboot slots: Draining, then Reboot
+	// AnnotationPurpose (reboot slots): "Rollback" on a rollback grant,
+	// whose image is the node's rollback deployment, to boot back into
+	// with `bootc rollback` (amendment 25). Absent: an update.
+	AnnotationPurpose = "fleet.bootc.dev/purpose"
+	// PurposeRollback is AnnotationPurpose's value on a rollback grant.
+	PurposeRollback = "Rollback"
 	// AnnotationFailure is set by the coordinator on a reboot slot whose node
 	// did not come back in time (value: a reason such as RebootTimeout).
 	AnnotationFailure = "fleet.bootc.dev/failure"
@@ -207,6 +213,9 @@ type Grant struct {
 	// issued in (AnnotationSoftRebootCount).
 	SoftRebootCount uint32
 	Phase           Phase  // reboot slots only
+	// Rollback (reboot slots): a rollback grant (AnnotationPurpose); its
+	// Image is the rollback deployment the node boots back into.
+	Rollback bool
 	Failure         string // set by the coordinator when the node did not come back
 	// StageTimeout (stage grants) bounds one stage under the grant: the
 	// valid AnnotationStageTimeout, or DefaultStageTimeout when it is
@@ -281,10 +290,12 @@ func FormatSoftRebootCount(n uint32) string { return strconv.FormatUint(uint64(n
 type Action string
 
 // The actions a grant can allow: staging under a stage grant, applying and
-// rebooting under a reboot grant.
+// rebooting under a reboot grant, rolling back and rebooting under a
+// rollback grant (a reboot slot whose purpose is Rollback).
 const (
-	ActionStage  Action = "stage"
-	ActionReboot Action = "reboot"
+	ActionStage    Action = "stage"
+	ActionReboot   Action = "reboot"
+	ActionRollback Action = "rollback"
 )
 
 // Check is the agent's side of a validity question.
@@ -308,8 +319,8 @@ func (g Grant) Allows(c Check) error {
 	switch {
 	case g.Holder != c.Node:
 		return fmt.Errorf("%w: %s holds %s, not %s", ErrNotHolder, g.Holder, g.Lease, c.Node)
-	case (c.Action == ActionStage) != (g.Kind == KindStage) || (c.Action != ActionStage && c.Action != ActionReboot):
-		return fmt.Errorf("%w: %s slot for %s", ErrWrongKind, g.Kind, c.Action)
+	case !g.allowsAction(c.Action):
+		return fmt.Errorf("%w: %s for %s", ErrWrongKind, g.describeKind(), c.Action)
 	case g.Image.String() != c.Image:
 		return fmt.Errorf("%w: %s, not %s", ErrWrongImage, g.Image, c.Image)
 	case g.BootID != c.BootID || g.SoftRebootCount != c.SoftRebootCount:
@@ -317,11 +328,32 @@ func (g Grant) Allows(c Check) error {
 			g.BootID, g.SoftRebootCount, c.BootID, c.SoftRebootCount)
 	case g.Failure != "":
 		return fmt.Errorf("%w: %s", ErrFailedMarked, g.Failure)
-	case c.Action == ActionReboot && g.Phase != PhaseReboot:
+	case c.Action != ActionStage && g.Phase != PhaseReboot:
 		return fmt.Errorf("%w (phase %q)", ErrNotReboot, g.Phase)
 	case c.LastHeartbeat.IsZero() || c.Now.Sub(c.LastHeartbeat) >= ValidFraction(g.Duration) || c.Now.Before(c.LastHeartbeat.Add(-time.Minute)):
 		return fmt.Errorf("%w (last heartbeat %s, valid for %s of the %s lease)", ErrExpired,
 			c.LastHeartbeat.UTC().Format(time.RFC3339), ValidFraction(g.Duration), g.Duration)
 	}
 	return nil
+}
+
+// allowsAction: a stage slot allows staging, an update grant applying and
+// rebooting, a rollback grant rolling back and rebooting; nothing else.
+func (g Grant) allowsAction(a Action) bool {
+	switch a {
+	case ActionStage:
+		return g.Kind == KindStage
+	case ActionReboot:
+		return g.Kind == KindReboot && !g.Rollback
+	case ActionRollback:
+		return g.Kind == KindReboot && g.Rollback
+	}
+	return false
+}
+
+func (g Grant) describeKind() string {
+	if g.Rollback {
+		return "rollback grant"
+	}
+	return string(g.Kind) + " slot"
 }

@@ -33,6 +33,10 @@ type BootcNodeSpec struct {
 	// whose signature is ContainerPolicy (docs/design.md, amendment 14).
 	// +optional
 	RequireSignedImages bool `json:"requireSignedImages,omitempty"`
+
+	// Health is what the agent reports on for the pool's health gate.
+	// +optional
+	Health *NodeHealthSpec `json:"health,omitempty"`
 }
 
 // NodePhase is where the agent is in moving its node to the desired image.
@@ -184,6 +188,10 @@ type BootcNodeStatus struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// Host is what the agent read from systemd in the boot it names, for
+	// the pool's health gate (amendment 24).
+	// +optional
+	Host *HostHealth `json:"host,omitempty"`
 	// Grants are the grants the agent holds in this boot (see GrantInUse).
 	// +listType=map
 	// +listMapKey=lease

@@ -110,6 +110,23 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must be a duration of 0 or more, e.g. 10m"
 	// +optional
 	PauseBetweenBatches *metav1.Duration `json:"pauseBetweenBatches,omitempty"`
+
+	// OnFailure is what a node failing its health gate does: Rollback
+	// (default) rolls it back to its previous image under a rollback grant
+	// and quarantines the image; Halt leaves it held and halts the rollout.
+	// +kubebuilder:default=Rollback
+	// +optional
+	OnFailure FailurePolicy `json:"onFailure,omitempty"`
+
+	// Canary: canary nodes go first and alone (amendment 26).
+	// +optional
+	Canary *CanarySpec `json:"canary,omitempty"`
+
+	// ZoneOrder: Sequential (default) rolls one zone
+	// (topology.kubernetes.io/zone) after another; Any ignores zones.
+	// +kubebuilder:default=Sequential
+	// +optional
+	ZoneOrder ZoneOrder `json:"zoneOrder,omitempty"`
 }
 
 // Weekday is a day of the week, as Go's time.Weekday names it.
@@ -194,6 +211,11 @@ type BootcNodePoolSpec struct {
 	// rejected image is a failure that counts toward haltAfterFailures.
 	// +optional
 	RequireSignedImages bool `json:"requireSignedImages,omitempty"`
+
+	// Health is the gate a node passes after each reboot before its slot is
+	// released (amendment 24). Unset: no gate.
+	// +optional
+	Health *HealthSpec `json:"health,omitempty"`
 }
 
 // Pool condition types.
@@ -306,6 +328,14 @@ type BootcNodePoolStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2147483647
 	Held int32 `json:"held,omitempty"`
+
+	// Quarantine is the target that failed a node's health gate, while
+	// spec.image still names it (amendment 25).
+	// +optional
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
+	// Canary is how far the canaries are on the current target.
+	// +optional
+	Canary *CanaryStatus `json:"canary,omitempty"`
 
 	// Conditions: Progressing, UpToDate, Degraded, Halted, AgentsReporting,
 	// PlatformImages.

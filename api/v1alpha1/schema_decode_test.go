@@ -64,6 +64,11 @@ func TestSchemaAcceptsOnlyWhatDecodes(t *testing.T) {
 		{"fleet.bootc.dev_bootcnodepools.yaml", "BootcNodePool", map[string]any{
 			"nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "schema"}},
 			"image":        "quay.io/example/os:42",
+			// A workloads check needs a non-empty pod selector (a CEL rule)
+			// before any of its other fields can be stored.
+			"health": map[string]any{"workloads": map[string]any{
+				"podSelector": map[string]any{"matchLabels": map[string]any{"app": "schema"}},
+			}},
 		}, func() k8sruntime.Object { return &fleetv1.BootcNodePool{} }},
 		{"fleet.bootc.dev_bootcnodes.yaml", "BootcNode", map[string]any{"pool": "schema"},
 			func() k8sruntime.Object { return &fleetv1.BootcNode{} }},
