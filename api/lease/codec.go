@@ -54,6 +54,10 @@ type Terms struct {
 	// Rollback (reboot grants): a rollback grant; Image is the node's
 	// rollback deployment (amendment 25).
 	Rollback bool
+	// Cordon (reboot grants): the cordon record to start from; empty means
+	// pending (a new cordon call follows). A rollback grant keeps its
+	// update grant's record: the node never left that cordon.
+	Cordon Cordon
 }
 
 // NewSlot is free slot index of kind of pool, to create.
@@ -100,6 +104,9 @@ func Issue(l *coordinationv1.Lease, t Terms, now time.Time, d time.Duration) Gra
 		// then a Node cordoned with this grant's mark is ours (the call
 		// writes the mark in the cordon's own update), amendment 23.
 		g.Phase, g.Cordon = PhaseDraining, CordonPending
+		if t.Cordon != "" {
+			g.Cordon = t.Cordon
+		}
 		g.Rollback = t.Rollback
 	}
 	Clear(l)
