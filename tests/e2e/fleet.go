@@ -26,11 +26,13 @@ const AgentUnit = "bootc-fleet-agent.service"
 
 // Paths inside a node.
 const (
-	nodeAgentState = "/var/lib/bootc-fleet"        // the unit's StateDirectory
-	nodeBootcState = "/var/lib/test-bootc"         // test bootc's state
-	nodeKubeconfig = "/var/lib/kubelet/kubeconfig" // a kubelet kubeconfig path the agent finds by itself
-	nodeAgentEnv   = "/etc/bootc-fleet/agent.env"  // site configuration
-	gateFile       = "/run/bootc-fleet-e2e-gate"   // see e2eLayer
+	nodeAgentState = "/var/lib/bootc-fleet" // the unit's StateDirectory
+	nodeBootcState = "/var/lib/test-bootc"  // test bootc's state
+	// simSoftRebootLog: what e2e-soft-reboot.service did, on the node and the host side of nodeBootcState.
+	simSoftRebootLog = nodeBootcState + "/sim-soft-reboot.log"
+	nodeKubeconfig   = "/var/lib/kubelet/kubeconfig" // a kubelet kubeconfig path the agent finds by itself
+	nodeAgentEnv     = "/etc/bootc-fleet/agent.env"  // site configuration
+	gateFile         = "/run/bootc-fleet-e2e-gate"   // see e2eLayer
 )
 
 // WatchdogSec is the agent's watchdog inside the nodes, shortened by a

@@ -87,7 +87,12 @@ func e2eLayer(root, testBootc string) error {
 		// by the new userspace, holds the agent until the harness follows it.
 		{"/etc/systemd/system/e2e-soft-reboot.service", 0o644,
 			"[Unit]\nDescription=e2e: the soft reboot enters what the test bootc prepared\nDefaultDependencies=no\nAfter=shutdown.target\nBefore=systemd-soft-reboot.service\n" +
-				"[Service]\nType=oneshot\nExecStart=/bin/rm -f " + gateFile + "\nExecStart=/usr/bin/bootc sim-soft-reboot\n" +
+				// Its outcome goes to a file in the test bootc's state (the
+				// journal is down in this window). No RequiresMountsFor= on
+				// that state: the dependency makes the soft reboot lose the
+				// bind mount in the next userspace (seen with systemd 257).
+				"[Service]\nType=oneshot\nExecStart=/bin/rm -f " + gateFile + "\n" +
+				"ExecStart=/bin/sh -c 'date -u +%%FT%%TZ >>" + simSoftRebootLog + "; /usr/bin/bootc sim-soft-reboot >>" + simSoftRebootLog + " 2>&1; echo \"exit $$?\" >>" + simSoftRebootLog + "'\n" +
 				"[Install]\nWantedBy=soft-reboot.target\n"},
 	}
 	// A bind mount of the harness is unmounted by a soft reboot (mount units

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -71,9 +73,13 @@ func TestSoftRebootUnderSystemd(t *testing.T) {
 		}
 		return allSchedulable(ctx, f), nil
 	}); err != nil {
-		t.Fatal(err)
+		log, _ := os.ReadFile(filepath.Join(string(soft.Bootc), filepath.Base(simSoftRebootLog)))
+		t.Fatalf("%v; %s's e2e-soft-reboot.service wrote: %q", err, soft.Name, log)
 	}
 	t.Logf("rollout of 2 nodes done %s after the test started", time.Since(start).Round(time.Millisecond))
+	if log, err := os.ReadFile(filepath.Join(string(soft.Bootc), filepath.Base(simSoftRebootLog))); err != nil || !strings.Contains(string(log), "exit 0") {
+		t.Errorf("%s: e2e-soft-reboot.service wrote %q (%v); want its sim-soft-reboot to exit 0", soft.Name, log, err)
+	}
 
 	// The soft-rebooted node: one container, one boot ID, two userspaces.
 	boots := soft.Boots()
