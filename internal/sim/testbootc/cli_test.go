@@ -85,7 +85,7 @@ func TestExecutableCommandLine(t *testing.T) {
 		{"status bad format", g16, []string{"status", "--format=xml"}, 2, "", "invalid value 'xml'", "", false},
 		{"status unknown flag", g16, []string{"status", "--verbose-json"}, 2, "", "unexpected argument '--verbose-json'", "", false},
 		{"no command", g16, nil, 2, "", "requires a subcommand", "", false},
-		{"unknown command", g16, []string{"rollback"}, 2, "", "unrecognized subcommand 'rollback'", "", false},
+		{"unknown command", g16, []string{"frobnicate"}, 2, "", "unrecognized subcommand 'frobnicate'", "", false},
 		{"version 1.16", g16, []string{"--version"}, 0, "bootc 1.16.9\n", "", "", false},
 		{"version 1.11", Gen1_11, []string{"--version"}, 0, "bootc 1.11.0\n", "", "", false},
 		{"switch help 1.16 lacks --download-only", g16, []string{"switch", "--help"}, 0, "--enforce-container-sigpolicy", "", "", false},
