@@ -632,10 +632,7 @@ func TestMachineRollback(t *testing.T) {
 				tc.before(t, m)
 			}
 			lines, err := m.Rollback(tc.mode)
-			var fe *FailureError
-			switch {
-			case tc.wantErr == nil && err != nil,
-				tc.wantErr != nil && !errors.Is(err, tc.wantErr) && !(errors.As(tc.wantErr, &fe) && errors.As(err, &fe)):
+			if !errIs(err, tc.wantErr) {
 				t.Fatalf("Rollback(%q) = %v, want %v", tc.mode, err, tc.wantErr)
 			}
 			if !reflect.DeepEqual(lines, tc.wantLines) {
@@ -665,6 +662,18 @@ func TestMachineRollback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// errIs: err is want (nil for nil; any *FailureError for a *FailureError).
+func errIs(err, want error) bool {
+	var fe *FailureError
+	switch {
+	case want == nil:
+		return err == nil
+	case errors.As(want, &fe):
+		return errors.As(err, &fe)
+	}
+	return errors.Is(err, want)
 }
 
 func reboot(m *Machine)     { m.Reboot(RebootOptions{}) }
