@@ -17,7 +17,24 @@ var (
 	// ErrRegistryUnauthorized: the registry refused bootc's credentials
 	// (HTTP 401) or their access (HTTP 403).
 	ErrRegistryUnauthorized = errors.New("the registry refused bootc's credentials")
+	// ErrSoftRebootNotCapable: --soft-reboot=required and bootc reads the
+	// staged or rollback deployment as not soft-reboot capable. bootc
+	// fails after it unlocked the staged deployment or queued the
+	// rollback (crates/lib/src/cli.rs, handle_soft_reboot).
+	ErrSoftRebootNotCapable = errors.New("bootc says the deployment is not soft-reboot capable")
 )
+
+// rollbackPatterns are bootc's own texts of a failed `bootc rollback`, each
+// a class of its own (the error line ends with the message).
+var rollbackPatterns = []struct {
+	re    *regexp.Regexp
+	class error
+}{
+	// crates/lib/src/deploy.rs, rollback.
+	{regexp.MustCompile(`(?:^|: )No rollback available$`), ErrNoRollback},
+	// crates/lib/src/cli.rs, handle_soft_reboot.
+	{regexp.MustCompile(`Soft reboot was required but (?:staged|rollback) deployment is not soft-reboot capable$`), ErrSoftRebootNotCapable},
+}
 
 // AuthFiles are the files bootc reads registry credentials from as root,
 // in its order: the first that exists is used (bootc
@@ -65,8 +82,9 @@ var unauthorizedPatterns = []*regexp.Regexp{
 }
 
 // Classify names the class of a failure from bootc's stderr:
-// ErrSignatureRejected, ErrRegistryUnauthorized, or nil. Only bootc's own
-// error lines ("error: ...") are read; progress output is not.
+// ErrSignatureRejected, ErrRegistryUnauthorized, ErrNoRollback,
+// ErrSoftRebootNotCapable, or nil. Only bootc's own error lines
+// ("error: ...") are read; progress output is not.
 func Classify(stderr string) error {
 	line := ErrorLine(stderr)
 	if line == "" {
@@ -80,6 +98,11 @@ func Classify(stderr string) error {
 	for _, re := range unauthorizedPatterns {
 		if re.MatchString(line) {
 			return ErrRegistryUnauthorized
+		}
+	}
+	for _, p := range rollbackPatterns {
+		if p.re.MatchString(line) {
+			return p.class
 		}
 	}
 	return nil

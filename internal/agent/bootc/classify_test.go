@@ -46,6 +46,10 @@ func TestClassify(t *testing.T) {
 		{"TLS", pre + "pinging container registry quay.io: Get \"https://quay.io/v2/\": tls: failed to verify certificate: x509: certificate signed by unknown authority\n", nil},
 		{"not found", pre + "reading manifest sha256:16dc in quay.io/example/os: manifest unknown\n", nil},
 		{"disk", "error: Switching: no space left on device\n", nil},
+		{"no rollback", "error: Rollback: Rollback (ostree): No rollback available\n", ErrNoRollback},
+		{"rollback not soft-reboot capable", "Next boot: rollback deployment\nerror: Rollback: Rollback (ostree): Handling soft reboot: Soft reboot was required but rollback deployment is not soft-reboot capable\n", ErrSoftRebootNotCapable},
+		{"staged not soft-reboot capable", "error: Upgrading: Handling staged soft reboot: Handling soft reboot: Soft reboot was required but staged deployment is not soft-reboot capable\n", ErrSoftRebootNotCapable},
+		{"no rollback mid-line is not bootc's refusal", "error: Rollback: No rollback available in the image (os error 2)\n", nil},
 		{"no error line", "A signature was required, but no signature exists\n", nil},
 		{"empty", "", nil},
 	} {

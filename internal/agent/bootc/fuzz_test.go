@@ -17,6 +17,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(doc(APIVersionV1, Kind, `{"booted":`+okEntry+`}`)))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(doc(APIVersionV1, Kind, `{"booted":`+okEntry+`,"rollback":`+okEntry+`,"rollbackQueued":true}`)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse(data)
 		if err != nil {
@@ -24,6 +25,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if s.APIVersion != APIVersionV1 && s.APIVersion != APIVersionV1Alpha1 {
 			t.Fatalf("accepted apiVersion %q", s.APIVersion)
+		}
+		if s.RollbackQueued && s.Rollback == nil {
+			t.Fatal("accepted a queued rollback without a rollback deployment")
 		}
 		for _, e := range []*Entry{s.Booted, s.Staged, s.Rollback} {
 			if e == nil {

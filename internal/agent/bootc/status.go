@@ -70,6 +70,11 @@ const (
 type Status struct {
 	APIVersion               string
 	Booted, Staged, Rollback *Entry // nil when bootc reports null or nothing
+	// RollbackQueued: `bootc rollback` put the rollback deployment first in
+	// the boot order, so the next boot boots it (status.rollbackQueued;
+	// spec.bootOrder is then "rollback"). bootc sets it only when there is
+	// a rollback deployment (crates/lib/src/status.rs, get_status).
+	RollbackQueued bool
 }
 
 // Pinned returns repo@digest of the entry, comparable with a desired
@@ -99,9 +104,10 @@ type rawHost struct {
 }
 
 type rawStatus struct {
-	Booted   *rawEntry `json:"booted"`
-	Staged   *rawEntry `json:"staged"`
-	Rollback *rawEntry `json:"rollback"`
+	Booted         *rawEntry `json:"booted"`
+	Staged         *rawEntry `json:"staged"`
+	Rollback       *rawEntry `json:"rollback"`
+	RollbackQueued bool      `json:"rollbackQueued"`
 }
 
 type rawEntry struct {
@@ -157,6 +163,10 @@ func Parse(data []byte) (Status, error) {
 	if s.Rollback, err = convert("rollback", h.Status.Rollback); err != nil {
 		return Status{}, err
 	}
+	if h.Status.RollbackQueued && s.Rollback == nil {
+		return Status{}, fmt.Errorf("%w: status.rollbackQueued without a rollback deployment", ErrMalformed)
+	}
+	s.RollbackQueued = h.Status.RollbackQueued
 	return s, nil
 }
 

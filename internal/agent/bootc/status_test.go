@@ -266,6 +266,12 @@ func TestParseAccepts(t *testing.T) {
 			func(s Status) bool { return s.Booted == nil && s.Staged == nil && s.Rollback == nil }},
 		{"trailing newline", doc(APIVersionV1, Kind, `{"staged":`+okEntry+`}`) + "\n",
 			func(s Status) bool { return s.Staged != nil && s.Staged.Digest == d47e5 }},
+		{"rollback queued", doc(APIVersionV1, Kind, `{"booted":`+okEntry+`,"rollback":`+okEntry+`,"rollbackQueued":true}`),
+			func(s Status) bool { return s.RollbackQueued && s.Rollback != nil }},
+		{"rollback not queued", doc(APIVersionV1, Kind, `{"booted":`+okEntry+`,"rollback":`+okEntry+`,"rollbackQueued":false}`),
+			func(s Status) bool { return !s.RollbackQueued && s.Rollback != nil }},
+		{"rollbackQueued absent (older bootc)", doc(APIVersionV1, Kind, `{"booted":`+okEntry+`,"rollback":`+okEntry+`}`),
+			func(s Status) bool { return !s.RollbackQueued }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -314,6 +320,9 @@ func TestParseRejects(t *testing.T) {
 		{"signature a number", doc(APIVersionV1, Kind, `{"staged":{"image":{"image":{"image":"q.io/a:1","transport":"registry","signature":3},"imageDigest":"`+d47e5+`"}}}`)},
 		{"bad timestamp", doc(APIVersionV1, Kind, `{"staged":{"image":{"image":{"image":"q.io/a:1","transport":"registry"},"imageDigest":"`+d47e5+`","timestamp":"yesterday"}}}`)},
 		{"downloadOnly not a bool", doc(APIVersionV1, Kind, `{"staged":{"downloadOnly":"yes"}}`)},
+		{"rollbackQueued not a bool", doc(APIVersionV1, Kind, `{"booted":`+okEntry+`,"rollback":`+okEntry+`,"rollbackQueued":"yes"}`)},
+		// bootc queues a rollback only when there is one (crates/lib/src/status.rs).
+		{"rollbackQueued without a rollback deployment", doc(APIVersionV1, Kind, `{"booted":`+okEntry+`,"rollbackQueued":true}`)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

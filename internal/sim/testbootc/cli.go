@@ -29,6 +29,7 @@ Usage: bootc <COMMAND>
 Commands:
   upgrade   Download and queue an updated container image to apply
   switch    Target a new container image reference to boot
+  rollback  ` + rollbackAbout + `
   status    Display status
 
 Simulation only (test-bootc):
@@ -106,6 +107,8 @@ func Exec(ctx context.Context, st Store, args []string, stdout, stderr io.Writer
 		return switchCmd(ctx, st, gen, rest, stdout, stderr)
 	case "upgrade":
 		return upgrade(ctx, st, gen, rest, stdout, stderr)
+	case "rollback":
+		return rollbackCmd(ctx, st, gen, rest, stdout, stderr)
 	case "sim-reboot", "sim-soft-reboot":
 		return simReboot(st, cmd == "sim-soft-reboot", rest, stdout, stderr)
 	case "settle":

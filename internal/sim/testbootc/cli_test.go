@@ -85,7 +85,7 @@ func TestExecutableCommandLine(t *testing.T) {
 		{"status bad format", g16, []string{"status", "--format=xml"}, 2, "", "invalid value 'xml'", "", false},
 		{"status unknown flag", g16, []string{"status", "--verbose-json"}, 2, "", "unexpected argument '--verbose-json'", "", false},
 		{"no command", g16, nil, 2, "", "requires a subcommand", "", false},
-		{"unknown command", g16, []string{"rollback"}, 2, "", "unrecognized subcommand 'rollback'", "", false},
+		{"unknown command", g16, []string{"frobnicate"}, 2, "", "unrecognized subcommand 'frobnicate'", "", false},
 		{"version 1.16", g16, []string{"--version"}, 0, "bootc 1.16.9\n", "", "", false},
 		{"version 1.11", Gen1_11, []string{"--version"}, 0, "bootc 1.11.0\n", "", "", false},
 		{"switch help 1.16 lacks --download-only", g16, []string{"switch", "--help"}, 0, "--enforce-container-sigpolicy", "", "", false},
@@ -459,5 +459,161 @@ func TestExecutablePeelsManifestLists(t *testing.T) {
 	// never the index it asked for.
 	if p, _ := st.Staged.Pinned(); p.Digest != dC {
 		t.Fatalf("Pinned() = %s", p)
+	}
+}
+
+// initUpgraded is a state directory of generation gen booted on refB with
+// refA as its rollback (staged, unlocked and rebooted into refB), with knobs.
+func initUpgraded(t *testing.T, gen Generation, knobs Knobs) Dir {
+	t.Helper()
+	knobs.Generation = gen
+	m := upgraded(t, knobs)
+	d, err := Init(t.TempDir(), m.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// bootc rollback's command line in every modelled generation: RollbackOpts
+// (--apply, --soft-reboot) is the same in all of them (crates/lib/src/cli.rs
+// at v1.11.0, v1.12.0, v1.16.9), every other flag is clap's exit 2, and
+// failures are bootc's context chain with exit 1.
+func TestExecutableRollback(t *testing.T) {
+	const noRollback = "error: Rollback: Rollback (ostree): No rollback available\n"
+	const notCapable = "error: Rollback: Rollback (ostree): Handling soft reboot: Soft reboot was required but rollback deployment is not soft-reboot capable\n"
+	tests := []struct {
+		name        string
+		upgraded    bool // booted refB with rollback refA; else booted refA alone
+		capable     bool
+		args        []string
+		code        int
+		stdout      string // exact
+		stderrHas   string
+		stderrExact bool
+		want        rollbackDoc
+	}{
+		{"help lists --apply and --soft-reboot", true, false, []string{"rollback", "--help"}, 0, "", "", false, rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}},
+		{"--quiet is no rollback flag", true, false, []string{"rollback", "--quiet"}, 2, "",
+			"error: unexpected argument '--quiet' found\n\n  tip: to pass '--quiet' as a value, use '-- --quiet'\n\nUsage: bootc rollback [OPTIONS]\n\nFor more information, try '--help'.\n", true,
+			rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}},
+		{"--download-only is no rollback flag", true, false, []string{"rollback", "--download-only"}, 2, "", "unexpected argument '--download-only' found", false, rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}},
+		{"a target is no rollback argument", true, false, []string{"rollback", refA}, 2, "", "unexpected argument '" + refA + "' found", false, rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}},
+		{"bad --soft-reboot", true, false, []string{"rollback", "--soft-reboot=always"}, 2, "", "invalid value 'always' for '--soft-reboot <SOFT_REBOOT>'", false, rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}},
+		{"--apply is not simulated", true, false, []string{"rollback", "--apply"}, 1, "", "--apply is not simulated", false, rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}},
+		{"no rollback deployment", false, false, []string{"rollback"}, 1, "", noRollback, true, rollbackDoc{booted: dA, bootOrder: "default"}},
+		{"rollback queues it", true, false, []string{"rollback"}, 0, MsgRollbackQueued + "\n", "", true, rollbackDoc{booted: dB, rollback: dA, queued: true, bootOrder: "rollback"}},
+		{"--soft-reboot=auto, capable", true, true, []string{"rollback", "--soft-reboot=auto"}, 0, MsgRollbackQueued + "\n" + MsgRollbackSoftReboot + "\n", "", true,
+			rollbackDoc{booted: dB, rollback: dA, queued: true, bootOrder: "rollback", rollbackCapable: true}},
+		{"--soft-reboot required, not capable: queued, then bootc's error", true, false, []string{"rollback", "--soft-reboot", "required"}, 1, MsgRollbackQueued + "\n", notCapable, true,
+			rollbackDoc{booted: dB, rollback: dA, queued: true, bootOrder: "rollback"}},
+	}
+	for _, gen := range Generations {
+		for _, tc := range tests {
+			t.Run(string(gen)+"/"+tc.name, func(t *testing.T) {
+				var d Dir
+				if tc.upgraded {
+					d = initUpgraded(t, gen, Knobs{SoftRebootCapable: tc.capable})
+				} else {
+					d = initDirGen(t, gen)
+				}
+				r := self(t, d, tc.args...)
+				okErr := strings.Contains(r.stderr, tc.stderrHas)
+				if tc.stderrExact {
+					okErr = r.stderr == tc.stderrHas
+				}
+				okOut := r.stdout == tc.stdout || tc.stdout == "" && r.code != 0
+				if tc.args[len(tc.args)-1] == "--help" {
+					okOut = strings.Contains(r.stdout, "Usage: bootc rollback [OPTIONS]") && strings.Contains(r.stdout, "--apply") && strings.Contains(r.stdout, "--soft-reboot <SOFT_REBOOT>")
+				}
+				if r.code != tc.code || !okOut || !okErr {
+					t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr, tc.code, tc.stdout, tc.stderrHas)
+				}
+				if got := readRollbackDoc(t, []byte(self(t, d, "status", "--json").stdout)); got != tc.want {
+					t.Errorf("status %+v, want %+v", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// After `bootc rollback` the next boot boots the old rollback deployment and
+// the previously booted one becomes the rollback; a soft reboot enters it
+// only when the rollback prepared it, and the stale window after a reboot
+// shows the queued rollback.
+func TestExecutableRollbackThenReboot(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		capable  bool
+		rollback []string
+		boot     []string
+		want     rollbackDoc
+	}{
+		{"reboot", false, []string{"rollback"}, []string{"sim-reboot"},
+			rollbackDoc{booted: dA, rollback: dB, bootOrder: "default"}},
+		{"soft reboot prepared by --soft-reboot=auto", true, []string{"rollback", "--soft-reboot=auto"}, []string{"sim-soft-reboot"},
+			rollbackDoc{booted: dA, rollback: dB, bootOrder: "default", rollbackCapable: true}},
+		{"soft reboot without --soft-reboot stays", true, []string{"rollback"}, []string{"sim-soft-reboot"},
+			rollbackDoc{booted: dB, rollback: dA, queued: true, bootOrder: "rollback", rollbackCapable: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := initUpgraded(t, Gen1_16, Knobs{SoftRebootCapable: tc.capable})
+			if r := self(t, d, tc.rollback...); r.code != 0 {
+				t.Fatalf("%q: %+v", tc.rollback, r)
+			}
+			before := readRollbackDoc(t, []byte(self(t, d, "status", "--json").stdout))
+			if r := self(t, d, append(tc.boot, "--stale-until-settle")...); r.code != 0 {
+				t.Fatalf("%q: %+v", tc.boot, r)
+			}
+			if got := readRollbackDoc(t, []byte(self(t, d, "status", "--json").stdout)); got != before {
+				t.Errorf("stale window shows %+v, want the pre-reboot %+v", got, before)
+			}
+			if r := self(t, d, "settle"); r.code != 0 {
+				t.Fatalf("settle: %+v", r)
+			}
+			if got := readRollbackDoc(t, []byte(self(t, d, "status", "--json").stdout)); got != tc.want {
+				t.Errorf("after %q: %+v, want %+v", tc.boot, got, tc.want)
+			}
+		})
+	}
+}
+
+// bootc rollback opens the storage for writing and so takes the sysroot
+// lock, waiting while a pull holds it, like switch and upgrade.
+func TestRollbackWaitsForTheSysrootLock(t *testing.T) {
+	m := upgraded(t, Knobs{SwitchHang: true})
+	mem := NewMem(m)
+	pullCtx, stopPull := context.WithCancel(context.Background())
+	pulled := make(chan int, 1)
+	go func() {
+		code, _ := mem.Run(pullCtx, []string{"switch", refC}, io.Discard, io.Discard)
+		pulled <- code
+	}()
+	// Wait until the switch holds the lock (a status with a short deadline
+	// cannot get it; the switch hangs until cancelled, so it keeps it).
+	var held bool
+	for deadline := time.Now().Add(30 * time.Second); !held && time.Now().Before(deadline); {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		code, _ := mem.Run(ctx, []string{"status", "--json"}, io.Discard, io.Discard)
+		cancel()
+		held = code != 0
+	}
+	if !held {
+		t.Fatal("the hanging switch never took the sysroot lock")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	code, _ := mem.Run(ctx, []string{"rollback"}, io.Discard, io.Discard)
+	cancel()
+	if code == 0 {
+		t.Fatal("rollback ran while the pull held the sysroot lock")
+	}
+	if m.State().RollbackQueued {
+		t.Fatal("a rollback that never got the lock queued the rollback")
+	}
+	stopPull()
+	<-pulled
+	var out bytes.Buffer
+	if code, _ := mem.Run(context.Background(), []string{"rollback"}, &out, io.Discard); code != 0 || out.String() != MsgRollbackQueued+"\n" {
+		t.Fatalf("rollback after the pull ended: exit %d, %q", code, out.String())
 	}
 }

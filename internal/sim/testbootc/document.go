@@ -86,6 +86,13 @@ func render(s State) []byte {
 			Rollback: entry(s.Rollback),
 		},
 	}
+	// A queued rollback shows as rollbackQueued and spec.bootOrder
+	// "rollback"; it needs a booted and a rollback deployment (bootc
+	// crates/lib/src/status.rs, get_status).
+	if s.RollbackQueued && s.Booted != nil && s.Rollback != nil {
+		h.Status.RollbackQueued = true
+		h.Spec.BootOrder = "rollback"
+	}
 	// spec.image is what the next boot tracks: the staged image if any.
 	for _, d := range []*Deployment{s.Staged, s.Booted} {
 		if d != nil {

@@ -10,8 +10,11 @@ import (
 type Generation string
 
 // The generations modelled. Flags are those of crates/lib/src/cli.rs
-// (UpgradeOpts, SwitchOpts) at the release named; hidden flags are accepted
-// but not listed in --help, as clap does.
+// (UpgradeOpts, SwitchOpts, RollbackOpts) at the release named; hidden flags
+// are accepted but not listed in --help, as clap does. `bootc rollback`
+// exists since v0.1.10, its --apply since v1.1.7 and its --soft-reboot since
+// v1.7.0, so every generation here has both (RollbackOpts is the same at
+// v1.11.0, v1.12.0 and v1.16.9).
 const (
 	// Gen1_11 is bootc 1.11: no download-only staging at all.
 	Gen1_11 Generation = "1.11"
@@ -36,9 +39,10 @@ type flagSpec struct {
 }
 
 type generationSpec struct {
-	version string
-	switchF []flagSpec
-	upgrade []flagSpec
+	version  string
+	switchF  []flagSpec
+	upgrade  []flagSpec
+	rollback []flagSpec
 }
 
 var (
@@ -53,23 +57,28 @@ var (
 	flagRetain     = flagSpec{name: "--retain", help: "Retain reference to currently booted image"}
 	flagDownload   = flagSpec{name: "--download-only", help: "Download and stage the update without applying it"}
 	flagFromDl     = flagSpec{name: "--from-downloaded", help: "Apply a staged deployment that was previously downloaded with --download-only"}
+	// RollbackOpts' --apply has its own doc comment.
+	flagRollbackApply = flagSpec{name: "--apply", help: "Restart or reboot into the rollback image"}
 )
 
 var generations = map[Generation]generationSpec{
 	Gen1_11: {
-		version: "1.11.0",
-		switchF: []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain},
-		upgrade: []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot},
+		version:  "1.11.0",
+		switchF:  []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain},
+		upgrade:  []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot},
+		rollback: []flagSpec{flagRollbackApply, flagSoftReboot},
 	},
 	Gen1_16: {
-		version: "1.16.9",
-		switchF: []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain},
-		upgrade: []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot, flagDownload, flagFromDl},
+		version:  "1.16.9",
+		switchF:  []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain},
+		upgrade:  []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot, flagDownload, flagFromDl},
+		rollback: []flagSpec{flagRollbackApply, flagSoftReboot},
 	},
 	GenSwitchDownloadOnly: {
-		version: "1.17.0",
-		switchF: []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain, flagDownload},
-		upgrade: []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot, flagDownload, flagFromDl},
+		version:  "1.17.0",
+		switchF:  []flagSpec{flagQuiet, flagApply, flagSoftReboot, flagTransport, flagNoSigVer, flagSigpolicy, flagMutate, flagRetain, flagDownload},
+		upgrade:  []flagSpec{flagQuiet, flagCheck, flagApply, flagSoftReboot, flagDownload, flagFromDl},
+		rollback: []flagSpec{flagRollbackApply, flagSoftReboot},
 	},
 }
 
@@ -99,8 +108,11 @@ func (g Generation) Version() string {
 }
 
 func (s generationSpec) flags(cmd string) []flagSpec {
-	if cmd == "switch" {
+	switch cmd {
+	case "switch":
 		return s.switchF
+	case "rollback":
+		return s.rollback
 	}
 	return s.upgrade
 }
@@ -127,7 +139,7 @@ func (s generationSpec) help(cmd, about, usage string) string {
 	return b.String()
 }
 
-// parsedFlags are the options of one switch or upgrade command line.
+// parsedFlags are the options of one switch, upgrade or rollback command line.
 type parsedFlags struct {
 	set        map[string]bool
 	softReboot string

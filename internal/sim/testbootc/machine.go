@@ -55,6 +55,8 @@ type Knobs struct {
 	SwitchFailure  *Failure `json:"switchFailure,omitempty"`
 	ApplyFailure   *Failure `json:"applyFailure,omitempty"`
 	StatusFailure  *Failure `json:"statusFailure,omitempty"`
+	// RollbackFailure makes `bootc rollback` fail before it changes anything.
+	RollbackFailure *Failure `json:"rollbackFailure,omitempty"`
 	// SoftRebootCapable marks newly staged deployments as soft-reboot capable.
 	SoftRebootCapable bool `json:"softRebootCapable,omitempty"`
 	// Versions maps a digest to the version label of its image.
@@ -80,15 +82,18 @@ type Knobs struct {
 
 // State is everything a Machine holds; it is what the executable persists.
 type State struct {
-	Booted          *Deployment `json:"booted,omitempty"`
-	Staged          *Deployment `json:"staged,omitempty"`
-	Rollback        *Deployment `json:"rollback,omitempty"`
-	BootID          string      `json:"bootID"`
-	BootIDFile      string      `json:"bootIDFile,omitempty"` // written on every reboot by Dir
-	SoftRebootCount uint32      `json:"softRebootCount"`
-	Reboots         int         `json:"reboots"`
-	SoftReboots     int         `json:"softReboots"`
-	Knobs           Knobs       `json:"knobs"`
+	Booted   *Deployment `json:"booted,omitempty"`
+	Staged   *Deployment `json:"staged,omitempty"`
+	Rollback *Deployment `json:"rollback,omitempty"`
+	// RollbackQueued: `bootc rollback` put the rollback deployment first in
+	// the boot order, so the next boot boots it (rollback.go).
+	RollbackQueued  bool   `json:"rollbackQueued,omitempty"`
+	BootID          string `json:"bootID"`
+	BootIDFile      string `json:"bootIDFile,omitempty"` // written on every reboot by Dir
+	SoftRebootCount uint32 `json:"softRebootCount"`
+	Reboots         int    `json:"reboots"`
+	SoftReboots     int    `json:"softReboots"`
+	Knobs           Knobs  `json:"knobs"`
 	// Stale, when set, is returned by Status instead of the current document.
 	Stale *Stale `json:"stale,omitempty"`
 	// NextRoot is the digest of the deployment a soft reboot was prepared
@@ -523,8 +528,11 @@ func (m *Machine) SoftReboot(opts RebootOptions) uint32 {
 	defer m.mu.Unlock()
 	pre := render(m.s)
 	preBoot := m.bootLocked()
-	if st := m.s.Staged; st != nil && !st.DownloadOnly && st.SoftRebootCapable && m.s.NextRoot == st.Digest {
+	switch st, rb := m.s.Staged, m.s.Rollback; {
+	case st != nil && !st.DownloadOnly && st.SoftRebootCapable && m.s.NextRoot == st.Digest:
 		m.transition(false)
+	case st == nil && m.s.RollbackQueued && rb != nil && rb.SoftRebootCapable && m.s.NextRoot == rb.Digest:
+		m.bootRollback()
 	}
 	m.s.NextRoot = ""
 	m.s.SoftRebootCount++
@@ -533,18 +541,52 @@ func (m *Machine) SoftReboot(opts RebootOptions) uint32 {
 	return m.s.SoftRebootCount
 }
 
+// transition is what a reboot (full) or a soft reboot into the staged
+// deployment does to the deployments. An unlocked staged deployment is
+// finalized first in the boot order, the booted one kept after it
+// (ostree _ostree_sysroot_finalize_impl_staged_deployment:
+// simple_write_deployment keeps the booted and merge deployments), so a
+// queued rollback is dropped with the old rollback deployment. Without one,
+// a full reboot boots the first bootloader entry: the rollback deployment
+// when `bootc rollback` queued it (rollback.go).
 func (m *Machine) transition(full bool) {
 	st := m.s.Staged
 	switch {
-	case st == nil:
-	case st.DownloadOnly:
-		if full {
-			m.s.Staged = nil
+	case st != nil && !st.DownloadOnly:
+		// Soft-reboot capability is ostree's comparison of a deployment's
+		// kernel and arguments with the booted one's
+		// (ostree_sysroot_deployment_can_soft_reboot), which is symmetric:
+		// the old booted deployment, now the rollback, is capable exactly
+		// when the staged one was. The booted entry keeps reading false.
+		if m.s.Booted != nil {
+			m.s.Booted.SoftRebootCapable = st.SoftRebootCapable
 		}
-	default:
 		st.SoftRebootCapable = false
 		m.s.Rollback, m.s.Booted, m.s.Staged = m.s.Booted, st, nil
+		m.s.RollbackQueued = false
+		return
+	case st != nil && full:
+		m.s.Staged = nil // locked: not finalized, and /run is gone
 	}
+	if full && m.s.RollbackQueued {
+		m.bootRollback()
+	}
+}
+
+// bootRollback boots the queued rollback deployment: it becomes booted and
+// the previously booted one the rollback (bootc status.rs, get_status: the
+// first deployment after the booted one is the rollback), with the
+// capability carried over as transition does.
+func (m *Machine) bootRollback() {
+	rb := m.s.Rollback
+	if rb == nil || m.s.Booted == nil {
+		m.s.RollbackQueued = false
+		return
+	}
+	m.s.Booted.SoftRebootCapable = rb.SoftRebootCapable
+	rb.SoftRebootCapable = false
+	m.s.Rollback, m.s.Booted = m.s.Booted, rb
+	m.s.RollbackQueued = false
 }
 
 func (m *Machine) stale(pre []byte, preBoot string, opts RebootOptions) {

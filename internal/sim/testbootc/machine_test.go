@@ -2,8 +2,10 @@ package testbootc
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +107,13 @@ func TestDocumentsMatchSchemaAndParse(t *testing.T) {
 			must(t, m.Switch(refC))
 			return m
 		}, wantDoc{booted: dB, staged: dC, rollback: dA, stagedLocked: true}},
+		{"rollback queued", func(t *testing.T) *Machine {
+			m := upgraded(t, Knobs{SoftRebootCapable: true})
+			if _, err := m.Rollback(""); err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}, wantDoc{booted: dB, rollback: dA}},
 		{"v1alpha1 host", func(t *testing.T) *Machine {
 			m := booted(t, refA)
 			m.Configure(func(k *Knobs) { k.APIVersion = bootc.APIVersionV1Alpha1 })
@@ -443,4 +452,259 @@ func TestSchemaRejectsBrokenDocument(t *testing.T) {
 			t.Errorf("%s: schema accepted %s", name, doc)
 		}
 	}
+}
+
+// upgraded returns a machine with knobs that booted refA, then staged,
+// unlocked and rebooted into refB: booted refB, rollback refA.
+func upgraded(t *testing.T, knobs Knobs) *Machine {
+	t.Helper()
+	m := booted(t, refA)
+	m.Configure(func(k *Knobs) { *k = knobs })
+	must(t, m.Switch(refB))
+	must(t, m.Apply())
+	m.Reboot(RebootOptions{})
+	return m
+}
+
+// rollbackDoc is what a status document says about a rollback.
+type rollbackDoc struct {
+	booted, staged, rollback string // digests, "" = null
+	queued                   bool   // status.rollbackQueued
+	bootOrder                string // spec.bootOrder
+	rollbackCapable          bool   // status.rollback.softRebootCapable
+}
+
+func readRollbackDoc(t *testing.T, doc []byte) rollbackDoc {
+	t.Helper()
+	s, err := bootc.Parse(doc)
+	if err != nil {
+		t.Fatalf("bootc.Parse: %v\n%s", err, doc)
+	}
+	var raw struct {
+		Spec struct {
+			BootOrder string `json:"bootOrder"`
+		} `json:"spec"`
+		Status struct {
+			RollbackQueued bool `json:"rollbackQueued"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(doc, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw.Status.RollbackQueued != s.RollbackQueued {
+		t.Fatalf("bootc.Parse read rollbackQueued %v, the document says %v", s.RollbackQueued, raw.Status.RollbackQueued)
+	}
+	d := rollbackDoc{booted: digest(s.Booted), staged: digest(s.Staged), rollback: digest(s.Rollback),
+		queued: s.RollbackQueued, bootOrder: raw.Spec.BootOrder}
+	if s.Rollback != nil {
+		d.rollbackCapable = s.Rollback.SoftRebootCapable
+	}
+	return d
+}
+
+// bootc rollback as crates/lib/src/deploy.rs (rollback) and cli.rs
+// (rollback_ostree, handle_soft_reboot) do it, and the reboot after it.
+func TestMachineRollback(t *testing.T) {
+	capable := Knobs{SoftRebootCapable: true}
+	queued := func(rollbackCapable bool) rollbackDoc {
+		return rollbackDoc{booted: dB, rollback: dA, queued: true, bootOrder: "rollback", rollbackCapable: rollbackCapable}
+	}
+	rolledBack := func(rollbackCapable bool) rollbackDoc {
+		return rollbackDoc{booted: dA, rollback: dB, bootOrder: "default", rollbackCapable: rollbackCapable}
+	}
+	tests := []struct {
+		name      string
+		knobs     Knobs
+		mode      SoftRebootMode
+		before    func(t *testing.T, m *Machine) // after the upgrade, before the rollback
+		wantLines []string
+		wantErr   error
+		want      rollbackDoc             // right after the rollback
+		after     func(m *Machine)        // the boot that follows, if any
+		wantAfter rollbackDoc             // after it
+		newBoot   bool                    // after changed the boot ID
+		softCount uint32                  // soft reboots after
+		nextRoot  func(m *Machine) string // the prepared soft-reboot root right after the rollback
+	}{
+		{name: "rollback queues the rollback deployment and the reboot boots it",
+			wantLines: []string{MsgRollbackQueued}, want: queued(false),
+			after: reboot, wantAfter: rolledBack(false), newBoot: true},
+		{name: "the rollback entry is soft-reboot capable when the image it came from was, before and after",
+			knobs: capable, wantLines: []string{MsgRollbackQueued}, want: queued(true),
+			after: reboot, wantAfter: rolledBack(true), newBoot: true},
+		{name: "a locked staged deployment is discarded",
+			before:    func(t *testing.T, m *Machine) { must(t, m.Switch(refC)) },
+			wantLines: []string{MsgRollbackQueued}, want: queued(false),
+			after: reboot, wantAfter: rolledBack(false), newBoot: true},
+		{name: "an unlocked staged deployment is discarded and the reboot boots the rollback",
+			before:    func(t *testing.T, m *Machine) { must(t, m.Switch(refC)); must(t, m.Apply()) },
+			wantLines: []string{MsgRollbackQueued}, want: queued(false),
+			after: reboot, wantAfter: rolledBack(false), newBoot: true},
+		{name: "a second rollback reverts the first",
+			before: func(t *testing.T, m *Machine) {
+				if _, err := m.Rollback(""); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantLines: []string{MsgRollbackReverting, MsgRollbackReverted},
+			want:      rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"},
+			after:     reboot, wantAfter: rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}, newBoot: true},
+		{name: "a locked stage after the rollback leaves the rollback queued for the reboot",
+			after: func(m *Machine) {
+				if err := m.Switch(refC); err != nil {
+					panic(err)
+				}
+				m.Reboot(RebootOptions{})
+			},
+			wantLines: []string{MsgRollbackQueued}, want: queued(false), wantAfter: rolledBack(false), newBoot: true},
+		{name: "an unlocked stage after the rollback is what the reboot boots, the booted one its rollback",
+			after: func(m *Machine) {
+				if err := m.Switch(refC); err != nil {
+					panic(err)
+				}
+				if err := m.Apply(); err != nil {
+					panic(err)
+				}
+				m.Reboot(RebootOptions{})
+			},
+			wantLines: []string{MsgRollbackQueued}, want: queued(false),
+			wantAfter: rollbackDoc{booted: dC, rollback: dB, bootOrder: "default"}, newBoot: true},
+		{name: "--soft-reboot=auto prepares a soft reboot into a capable rollback, which enters it",
+			knobs: capable, mode: SoftRebootAuto,
+			wantLines: []string{MsgRollbackQueued, MsgRollbackSoftReboot}, want: queued(true),
+			nextRoot: func(*Machine) string { return dA },
+			after:    softReboot, wantAfter: rolledBack(true), softCount: 1},
+		{name: "--soft-reboot=required prepares a capable rollback too",
+			knobs: capable, mode: SoftRebootRequired,
+			wantLines: []string{MsgRollbackQueued, MsgRollbackSoftReboot}, want: queued(true),
+			nextRoot: func(*Machine) string { return dA },
+			after:    softReboot, wantAfter: rolledBack(true), softCount: 1},
+		{name: "--soft-reboot=auto on an incapable rollback prepares nothing: a soft reboot stays on the booted image",
+			mode: SoftRebootAuto, wantLines: []string{MsgRollbackQueued}, want: queued(false),
+			nextRoot: func(*Machine) string { return "" },
+			after:    softReboot, wantAfter: queued(false), softCount: 1},
+		{name: "--soft-reboot=required on an incapable rollback fails after queuing it",
+			mode: SoftRebootRequired, wantLines: []string{MsgRollbackQueued}, wantErr: ErrRollbackSoftRebootNotCapable, want: queued(false),
+			after: reboot, wantAfter: rolledBack(false), newBoot: true},
+		{name: "without --soft-reboot nothing is prepared: a soft reboot stays on the booted image",
+			knobs: capable, wantLines: []string{MsgRollbackQueued}, want: queued(true),
+			nextRoot: func(*Machine) string { return "" },
+			after:    softReboot, wantAfter: queued(true), softCount: 1},
+		{name: "a full reboot forgets the prepared soft reboot",
+			knobs: capable, mode: SoftRebootAuto,
+			wantLines: []string{MsgRollbackQueued, MsgRollbackSoftReboot}, want: queued(true),
+			after: func(m *Machine) {
+				m.Reboot(RebootOptions{})
+				if nr := m.State().NextRoot; nr != "" {
+					panic("NextRoot " + nr + " after a full reboot")
+				}
+				m.SoftReboot(RebootOptions{})
+			}, wantAfter: rolledBack(true), newBoot: true, softCount: 1},
+		{name: "a soft reboot prepared for the staged deployment goes with it",
+			knobs: capable,
+			before: func(t *testing.T, m *Machine) {
+				must(t, m.Switch(refC))
+				must(t, m.ApplySoft(SoftRebootAuto))
+			},
+			wantLines: []string{MsgRollbackQueued}, want: queued(true),
+			nextRoot: func(*Machine) string { return "" },
+			after:    softReboot, wantAfter: queued(true), softCount: 1},
+		{name: "a revert with --soft-reboot prepares the booted deployment, the first in the order",
+			knobs: capable, mode: SoftRebootAuto,
+			before: func(t *testing.T, m *Machine) {
+				if _, err := m.Rollback(""); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantLines: []string{MsgRollbackReverting, MsgRollbackReverted, MsgRollbackSoftReboot},
+			want:      rollbackDoc{booted: dB, rollback: dA, bootOrder: "default", rollbackCapable: true},
+			nextRoot:  func(*Machine) string { return dB },
+			after:     softReboot, wantAfter: rollbackDoc{booted: dB, rollback: dA, bootOrder: "default", rollbackCapable: true}, softCount: 1},
+		{name: "a failure fires before anything changes",
+			knobs:   Knobs{RollbackFailure: &Failure{ExitCode: 1, Stderr: "error: Rollback: disk on fire\n", Times: 1}},
+			wantErr: &FailureError{}, want: rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"},
+			after: reboot, wantAfter: rollbackDoc{booted: dB, rollback: dA, bootOrder: "default"}, newBoot: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := upgraded(t, tc.knobs)
+			if tc.before != nil {
+				tc.before(t, m)
+			}
+			lines, err := m.Rollback(tc.mode)
+			if !errIs(err, tc.wantErr) {
+				t.Fatalf("Rollback(%q) = %v, want %v", tc.mode, err, tc.wantErr)
+			}
+			if !reflect.DeepEqual(lines, tc.wantLines) {
+				t.Errorf("Rollback printed %q, want %q", lines, tc.wantLines)
+			}
+			if got := readRollbackDoc(t, m.Status()); got != tc.want {
+				t.Errorf("after the rollback %+v, want %+v", got, tc.want)
+			}
+			if tc.nextRoot != nil {
+				if got, want := m.State().NextRoot, tc.nextRoot(m); got != want {
+					t.Errorf("prepared soft-reboot root %q, want %q", got, want)
+				}
+			}
+			if tc.after == nil {
+				return
+			}
+			boot := m.BootID()
+			tc.after(m)
+			if got := readRollbackDoc(t, m.Status()); got != tc.wantAfter {
+				t.Errorf("after the boot %+v, want %+v", got, tc.wantAfter)
+			}
+			if changed := m.BootID() != boot; changed != tc.newBoot {
+				t.Errorf("boot ID changed = %v, want %v", changed, tc.newBoot)
+			}
+			if got := m.State().SoftRebootCount; got != tc.softCount {
+				t.Errorf("SoftRebootCount = %d, want %d", got, tc.softCount)
+			}
+		})
+	}
+}
+
+// errIs: err is want (nil for nil; any *FailureError for a *FailureError).
+func errIs(err, want error) bool {
+	var fe *FailureError
+	switch {
+	case want == nil:
+		return err == nil
+	case errors.As(want, &fe):
+		return errors.As(err, &fe)
+	}
+	return errors.Is(err, want)
+}
+
+func reboot(m *Machine)     { m.Reboot(RebootOptions{}) }
+func softReboot(m *Machine) { m.SoftReboot(RebootOptions{}) }
+
+// No rollback deployment, or nothing booted, is bootc's error and changes
+// nothing; a staged deployment stays.
+func TestMachineRollbackRefuses(t *testing.T) {
+	t.Run("no rollback deployment", func(t *testing.T) {
+		m := booted(t, refA)
+		must(t, m.Switch(refB))
+		lines, err := m.Rollback(SoftRebootAuto)
+		if !errors.Is(err, ErrNoRollback) || len(lines) != 0 {
+			t.Fatalf("Rollback = %q, %v; want nothing printed and ErrNoRollback", lines, err)
+		}
+		if got := readRollbackDoc(t, m.Status()); got != (rollbackDoc{booted: dA, staged: dB, bootOrder: "default"}) {
+			t.Errorf("after the refused rollback %+v", got)
+		}
+	})
+	t.Run("nothing booted", func(t *testing.T) {
+		if _, err := NewMachine(State{}).Rollback(""); !errors.Is(err, ErrNotBooted) {
+			t.Fatalf("Rollback = %v, want ErrNotBooted", err)
+		}
+	})
+	t.Run("unknown soft-reboot mode", func(t *testing.T) {
+		m := upgraded(t, Knobs{})
+		if _, err := m.Rollback("sometimes"); err == nil {
+			t.Fatal("Rollback accepted an unknown mode")
+		}
+		if got := readRollbackDoc(t, m.Status()); got.queued {
+			t.Errorf("a refused mode queued the rollback: %+v", got)
+		}
+	})
 }
