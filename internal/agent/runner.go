@@ -418,6 +418,7 @@ func (r *runner) readRecord() (decide.RecordState, []lease.ID) {
 		Boot:     decide.BootIdentity{BootID: rec.BootID, SoftRebootCount: rec.SoftRebootCount},
 		Recorded: rec.Recorded,
 		Soft:     rec.Soft,
+		Rollback: rec.Rollback,
 	}, spent
 }
 
@@ -458,7 +459,8 @@ func statusOf(st bootc.Status, in decide.BootIdentity) decide.Status {
 		return &decide.Deployment{Image: p, DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
 			Signature: fleetv1.ImageSignature(e.Signature)}
 	}
-	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged)}
+	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged), Rollback: dep(st.Rollback),
+		RollbackQueued: st.RollbackQueued}
 }
 
 // carryOut runs the effects of the round's decision, feeding each result
