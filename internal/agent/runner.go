@@ -54,7 +54,9 @@ type runner struct {
 
 	// refusals are API requests the server refused, by request, until the
 	// same request succeeds (the APIAccess condition).
-	refusals     map[string]string
+	refusals map[string]string
+	// hostErr is the last failure to read the host's health (logged once).
+	hostErr      string
 	refusalShown string        // the APIAccess message last written while waiting for the lists
 	apiRounds    *rate.Limiter // paces rounds woken by the API server (pace.go)
 	// lastRead is the last bootc status read: while the agent's own stage

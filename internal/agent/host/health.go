@@ -103,7 +103,7 @@ func (s *Systemd) managerString(ctx context.Context, name string) (string, error
 	err := s.conn.Object(systemdName, systemdPath).
 		CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, systemdIface, name).Store(&v)
 	if err != nil {
-		return "", fmt.Errorf("%w: reading %s: %w", ErrDBus, name, err)
+		return "", callErr("reading "+name, err)
 	}
 	str, ok := v.Value().(string)
 	if !ok {
@@ -129,7 +129,7 @@ func (s *Systemd) failedUnits(ctx context.Context) ([]string, int32, error) {
 	err := s.conn.Object(systemdName, systemdPath).
 		CallWithContext(ctx, systemdIface+".ListUnitsFiltered", 0, []string{"failed"}).Store(&list)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: ListUnitsFiltered([failed]): %w", ErrDBus, err)
+		return nil, 0, callErr("ListUnitsFiltered([failed])", err)
 	}
 	if len(list) > maxListedUnits {
 		return nil, 0, fmt.Errorf("%w: ListUnitsFiltered returned %d units", ErrBadReply, len(list))
@@ -156,7 +156,7 @@ func (s *Systemd) activeState(ctx context.Context, unit string) (string, error) 
 		if dbusErrorName(err) == errNoSuchUnit {
 			return "", nil
 		}
-		return "", fmt.Errorf("%w: GetUnit(%s): %w", ErrDBus, unit, err)
+		return "", callErr("GetUnit("+unit+")", err)
 	}
 	if !path.IsValid() {
 		return "", fmt.Errorf("%w: GetUnit(%s) returned %q", ErrBadReply, unit, path)
@@ -165,7 +165,7 @@ func (s *Systemd) activeState(ctx context.Context, unit string) (string, error) 
 	err = s.conn.Object(systemdName, path).
 		CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, unitIface, "ActiveState").Store(&v)
 	if err != nil {
-		return "", fmt.Errorf("%w: reading %s ActiveState: %w", ErrDBus, unit, err)
+		return "", callErr("reading "+unit+" ActiveState", err)
 	}
 	st, ok := v.Value().(string)
 	if !ok {
@@ -175,6 +175,15 @@ func (s *Systemd) activeState(ctx context.Context, unit string) (string, error) 
 		return "", fmt.Errorf("%w: %s ActiveState %q", ErrBadReply, unit, truncate(st, 40))
 	}
 	return st, nil
+}
+
+// callErr wraps a failed call with the D-Bus error's name, which says more
+// than its message (e.g. org.freedesktop.DBus.Error.AccessDenied).
+func callErr(op string, err error) error {
+	if name := dbusErrorName(err); name != "" {
+		return fmt.Errorf("%w: %s: %s: %w", ErrDBus, op, name, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrDBus, op, err)
 }
 
 func truncate(s string, n int) string {

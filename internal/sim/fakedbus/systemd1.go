@@ -48,6 +48,7 @@ type Systemd1 struct {
 
 	mu      sync.Mutex
 	units   map[string]*unit
+	listErr string
 	started []StartedUnit
 	jobSeq  uint32
 	conn    *dbus.Conn

@@ -147,6 +147,14 @@ var unitMethods = []introspect.Method{
 	}},
 }
 
+// FailListUnits makes ListUnitsFiltered answer with this D-Bus error name
+// (e.g. org.freedesktop.DBus.Error.AccessDenied); "" answers again.
+func (s *Systemd1) FailListUnits(errName string) {
+	s.mu.Lock()
+	s.listErr = errName
+	s.mu.Unlock()
+}
+
 // ListUnitsFiltered lists the loaded units whose load, active or sub state
 // is one of states (systemd matches all three); the fake's sub state is its
 // active state and every unit is loaded.
@@ -154,6 +162,9 @@ func (m systemd1Manager) ListUnitsFiltered(states []string) ([]ListedUnit, *dbus
 	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.listErr != "" {
+		return nil, dbus.NewError(s.listErr, []any{"refused by the test"})
+	}
 	out := []ListedUnit{}
 	for name, u := range s.units {
 		if len(states) > 0 && !slices.Contains(states, u.active) && !slices.Contains(states, "loaded") {
