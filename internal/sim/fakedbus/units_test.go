@@ -1,6 +1,7 @@
 package fakedbus
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/godbus/dbus/v5"
@@ -48,7 +49,8 @@ func TestSystemd1Units(t *testing.T) {
 		t.Fatalf("ActiveState %v, %v", v, err)
 	}
 	err := mgr.Call(Systemd1Iface+".GetUnit", 0, "absent.service").Err
-	if e, ok := err.(dbus.Error); !ok || e.Name != ErrNoSuchUnit {
+	var e dbus.Error
+	if !errors.As(err, &e) || e.Name != ErrNoSuchUnit {
 		t.Fatalf("GetUnit of an unloaded unit: %v, want %s", err, ErrNoSuchUnit)
 	}
 	if err := mgr.Call("org.freedesktop.DBus.Properties.Get", 0, Systemd1Iface, "SystemState").Store(&v); err != nil || v.Value() != DefaultSystemState {
