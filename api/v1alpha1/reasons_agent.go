@@ -20,6 +20,14 @@ const (
 	ReasonStageTimedOut = "StageTimedOut"
 	// ReasonStagedDigestMismatch: the staged digest is not the granted one.
 	ReasonStagedDigestMismatch = "StagedDigestMismatch"
+	// ReasonRollbackImageMismatch: a rollback grant (or a recorded
+	// rollback) names another image than bootc's rollback deployment; the
+	// agent does not roll back (amendment 25).
+	ReasonRollbackImageMismatch = "RollbackImageMismatch"
+	// ReasonRollbackQueuedWithoutGrant: `bootc rollback` queued the
+	// rollback deployment but the rollback grant is gone: any reboot will
+	// boot it.
+	ReasonRollbackQueuedWithoutGrant = "RollbackQueuedWithoutGrant"
 	// ReasonInvalidDesiredImage: spec.desiredImage failed validation.
 	ReasonInvalidDesiredImage = "InvalidDesiredImage"
 	// ReasonRebootTimeout: set by the coordinator on the grant when the node did not come back.
@@ -60,6 +68,10 @@ const (
 	ReasonWaitingForRebootGrant = "WaitingForRebootGrant"
 	// ReasonRebooting: rebooting, or about to, under a reboot grant.
 	ReasonRebooting = "Rebooting"
+	// ReasonRollingBack: running `bootc rollback` and rebooting into the
+	// rollback deployment under a rollback grant (amendment 25), or about
+	// to once the grant is in phase Reboot.
+	ReasonRollingBack = "RollingBack"
 	// ReasonStaleStatus: the bootc status was read in an earlier boot; it
 	// is read again before anything is done.
 	ReasonStaleStatus = "StaleStatus"

@@ -39,6 +39,11 @@ type Bootc interface {
 	// and, with a soft-reboot mode, prepares a soft reboot into it
 	// (--soft-reboot=auto) when bootc says it is capable.
 	ApplyStaged(ctx context.Context, mode bootc.SoftReboot) error
+	// Rollback queues the rollback deployment, which must be to, for the
+	// next boot (`bootc rollback`, with a soft-reboot mode preparing a soft
+	// reboot into it when bootc says it is capable); it never reverts a
+	// rollback already queued.
+	Rollback(ctx context.Context, to imageref.Pinned, mode bootc.SoftReboot) (bootc.RollbackResult, error)
 }
 
 // Host is the machine: its boot identity and its reboot.

@@ -11,7 +11,7 @@ import (
 // execute runs one effect of decide.Step and returns its result.
 func (r *runner) execute(ctx context.Context, e decide.Effect) decide.Result {
 	switch e.Kind {
-	case decide.EffectConfirmStage, decide.EffectConfirmApply, decide.EffectConfirmReboot:
+	case decide.EffectConfirmStage, decide.EffectConfirmApply, decide.EffectConfirmReboot, decide.EffectConfirmRollback:
 		return r.readGrant(ctx, e)
 	case decide.EffectStage:
 		return r.startStage(ctx, e)
@@ -30,6 +30,8 @@ func (r *runner) execute(ctx context.Context, e decide.Effect) decide.Result {
 		return r.unlock(ctx, e)
 	case decide.EffectReboot:
 		return r.reboot(ctx, e)
+	case decide.EffectRollback:
+		return r.rollback(ctx, e)
 	}
 	return decide.Result{Kind: e.Kind, Err: "unknown effect"}
 }
@@ -37,11 +39,19 @@ func (r *runner) execute(ctx context.Context, e decide.Effect) decide.Result {
 // noteResult logs what Step made of a result when it stopped a sequence.
 func (r *runner) noteResult(e decide.Effect, res decide.Result) {
 	switch e.Kind {
-	case decide.EffectConfirmStage, decide.EffectConfirmApply, decide.EffectConfirmReboot:
+	case decide.EffectConfirmStage, decide.EffectConfirmApply, decide.EffectConfirmReboot, decide.EffectConfirmRollback:
 		if r.st.Note != "" {
 			r.log.Info("grant not confirmed; not acting", "step", e.Step, "lease", e.Grant.Lease, "grant", e.Grant.ID.String(), "err", r.st.Note)
 		}
 	case decide.EffectReadStatus:
+		if e.Step == decide.StepBeforeRollback || e.Step == decide.StepAfterRollback {
+			if _, ok := decide.RollbackIs(res.Status, e.Boot, e.Image); !ok || (e.Step == decide.StepAfterRollback && !res.Status.RollbackQueued) {
+				r.log.Error("the rollback deployment is not the granted image, queued; not rebooting", "when", e.Step,
+					"rollback", stagedName(res.Status.Rollback), "queued", res.Status.RollbackQueued, "granted", e.Image.String(),
+					"statusErr", res.Status.Unavailable, "boot", res.Status.ReadIn.String())
+			}
+			return
+		}
 		if _, ok := decide.StagedIs(res.Status, e.Boot, e.Image); !ok {
 			r.log.Error("staged deployment is not the granted image; not rebooting", "when", e.Step,
 				"staged", stagedName(res.Status.Staged), "granted", e.Image.String(), "statusErr", res.Status.Unavailable,
@@ -83,12 +93,12 @@ func (r *runner) clearRecord(e decide.Effect) decide.Result {
 // writeRecord is the WriteRecord effect: the first use of a reboot grant.
 func (r *runner) writeRecord(e decide.Effect) decide.Result {
 	rec := record.Record{Grant: e.Grant.ID, Image: e.Image.String(), BootID: e.Boot.BootID,
-		SoftRebootCount: e.Boot.SoftRebootCount, Soft: e.Soft, Recorded: e.Recorded}
+		SoftRebootCount: e.Boot.SoftRebootCount, Soft: e.Soft, Recorded: e.Recorded, Rollback: e.Rollback}
 	if err := r.deps.Records.Write(rec); err != nil {
 		r.log.Error("could not write the reboot record; not rebooting", "err", err)
 		return decide.Result{Kind: e.Kind, Err: err.Error()}
 	}
-	r.log.Info("reboot recorded", "grant", e.Grant.ID.String(), "image", e.Image.String(), "boot", e.Boot.String(), "soft", e.Soft)
+	r.log.Info("reboot recorded", "grant", e.Grant.ID.String(), "image", e.Image.String(), "boot", e.Boot.String(), "soft", e.Soft, "rollback", e.Rollback)
 	return decide.Result{Kind: e.Kind}
 }
 
@@ -160,5 +170,27 @@ func (r *runner) reboot(ctx context.Context, e decide.Effect) decide.Result {
 		return decide.Result{Kind: e.Kind, Err: err.Error()}
 	}
 	r.log.Info("reboot requested", "grant", e.Grant.ID.String(), "image", e.Image.String(), "soft", e.Soft, "why", e.Why)
+	return decide.Result{Kind: e.Kind}
+}
+
+// rollback is the Rollback effect: `bootc rollback` queues the rollback
+// deployment (the grant's image) for the next boot, preparing a soft reboot
+// into it when e.Soft (auto, as for the unlock: the re-read after it then
+// decides how to reboot).
+func (r *runner) rollback(ctx context.Context, e decide.Effect) decide.Result {
+	r.confirmed(e)
+	mode := bootc.NoSoftReboot
+	if e.Soft {
+		mode = bootc.SoftRebootAuto
+	}
+	res, err := awaitBootc(ctx, r, func(c context.Context) (bootc.RollbackResult, error) {
+		return r.deps.Bootc.Rollback(c, e.Image, mode)
+	})
+	if err != nil {
+		r.log.Error("bootc rollback failed; will retry while the grant is valid", "image", e.Image.String(), "softReboot", string(mode), "err", err)
+		return decide.Result{Kind: e.Kind, Err: err.Error()}
+	}
+	r.log.Info("rollback queued", "grant", e.Grant.ID.String(), "image", e.Image.String(), "alreadyQueued", res.AlreadyQueued,
+		"softRebootPrepared", res.SoftRebootPrepared)
 	return decide.Result{Kind: e.Kind}
 }

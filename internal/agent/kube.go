@@ -245,7 +245,10 @@ type statusReport struct {
 	Conditions         []metav1.Condition
 	Grants             []fleetv1.GrantInUse
 	AgentVersion       string
-	LastReportTime     time.Time
+	// Host is what systemd said in the boot it names; nil when it could
+	// not be read (status.host is then removed).
+	Host           *fleetv1.HostHealth
+	LastReportTime time.Time
 }
 
 func (s statusReport) fields() map[string]any {
@@ -263,6 +266,10 @@ func (s statusReport) fields() map[string]any {
 	if grants == nil {
 		grants = []fleetv1.GrantInUse{}
 	}
+	var host any
+	if s.Host != nil {
+		host = hostFields(s.Host)
+	}
 	return map[string]any{
 		"observedGeneration": s.ObservedGeneration,
 		"bootID":             s.BootID,
@@ -276,7 +283,29 @@ func (s statusReport) fields() map[string]any {
 		"conditions":         conds,
 		"grants":             grants,
 		"agentVersion":       s.AgentVersion,
+		"host":               host,
 		"lastReportTime":     metav1.NewMicroTime(s.LastReportTime),
+	}
+}
+
+// hostFields is status.host with every field named: the report is a merge
+// patch, so a field left out (an empty list, a zero count) would keep the
+// value of an earlier report; null removes it.
+func hostFields(h *fleetv1.HostHealth) map[string]any {
+	orNull := func(empty bool, v any) any {
+		if empty {
+			return nil
+		}
+		return v
+	}
+	return map[string]any{
+		"bootID":           h.BootID,
+		"softRebootCount":  orNull(h.SoftRebootCount == 0, h.SoftRebootCount),
+		"systemState":      h.SystemState,
+		"failedUnits":      orNull(len(h.FailedUnits) == 0, h.FailedUnits),
+		"failedUnitsTotal": orNull(h.FailedUnitsTotal == 0, h.FailedUnitsTotal),
+		"bootComplete":     orNull(h.BootComplete == "", h.BootComplete),
+		"units":            orNull(len(h.Units) == 0, h.Units),
 	}
 }
 

@@ -90,6 +90,7 @@ func (r *runner) report(ctx context.Context, o decide.Observation, st bootc.Stat
 		Message:            text.Truncate(msg, fleetv1.MaxStatusMessage),
 		AgentVersion:       text.Truncate(r.cfg.Version, 128),
 		Grants:             r.inUse(claims),
+		Host:               r.hostHealth(ctx, n, o.Boot),
 	}
 	if st.Booted != nil || st.Staged != nil || st.Rollback != nil {
 		rep.Booted, rep.Staged, rep.Rollback = deployment(st.Booted), deployment(st.Staged), deployment(st.Rollback)

@@ -54,7 +54,9 @@ type runner struct {
 
 	// refusals are API requests the server refused, by request, until the
 	// same request succeeds (the APIAccess condition).
-	refusals     map[string]string
+	refusals map[string]string
+	// hostErr is the last failure to read the host's health (logged once).
+	hostErr      string
 	refusalShown string        // the APIAccess message last written while waiting for the lists
 	apiRounds    *rate.Limiter // paces rounds woken by the API server (pace.go)
 	// lastRead is the last bootc status read: while the agent's own stage
@@ -418,6 +420,7 @@ func (r *runner) readRecord() (decide.RecordState, []lease.ID) {
 		Boot:     decide.BootIdentity{BootID: rec.BootID, SoftRebootCount: rec.SoftRebootCount},
 		Recorded: rec.Recorded,
 		Soft:     rec.Soft,
+		Rollback: rec.Rollback,
 	}, spent
 }
 
@@ -458,7 +461,8 @@ func statusOf(st bootc.Status, in decide.BootIdentity) decide.Status {
 		return &decide.Deployment{Image: p, DownloadOnly: e.DownloadOnly, SoftRebootCapable: e.SoftRebootCapable,
 			Signature: fleetv1.ImageSignature(e.Signature)}
 	}
-	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged)}
+	return decide.Status{ReadIn: in, Booted: dep(st.Booted), Staged: dep(st.Staged), Rollback: dep(st.Rollback),
+		RollbackQueued: st.RollbackQueued}
 }
 
 // carryOut runs the effects of the round's decision, feeding each result

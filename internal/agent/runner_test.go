@@ -354,6 +354,94 @@ func TestRunnerCancelsStageOnRevoke(t *testing.T) {
 	}
 }
 
+// A node whose update is rolled back: under a rollback grant for its
+// rollback deployment (v1) the agent records the rollback, runs `bootc
+// rollback` once, right after the grant was confirmed, reboots once more,
+// and reports the node up to date on v1 in the new boot (amendment 25). A
+// rollback grant for an image that is not the rollback deployment is not
+// acted on.
+func TestRunnerRollsBackOnceUnderARollbackGrant(t *testing.T) {
+	u := startUnit(t, "unit-r")
+	ctx := context.Background()
+	boot1 := u.m.BootID()
+	if _, err := u.k.Grant(ctx, lease.KindStage, 0, "unit-r", imgV2, boot1, ""); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	if err := u.k.Revoke(ctx, lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.k.Grant(ctx, lease.KindReboot, 0, "unit-r", imgV2, boot1, lease.PhaseReboot); err != nil {
+		t.Fatal(err)
+	}
+	u.waitReboots(1)
+	boot2 := u.m.Reboot(testbootc.RebootOptions{})
+	u.wait("Idle on v2", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	if rb := u.m.State().Rollback; rb == nil || rb.Image != imgV1 {
+		t.Fatalf("rollback deployment %+v, want %s", rb, imgV1)
+	}
+	drain(u.steps)
+
+	// A rollback grant for v3, which is not the rollback deployment: nothing.
+	if err := u.k.EnsureBootcNode(ctx, "unit-r", imgV1, ""); err != nil {
+		t.Fatal(err)
+	}
+	imgV3 := "quay.io/example/os@sha256:" + strings.Repeat("3", 64)
+	if _, err := u.k.GrantRollback(ctx, 0, "unit-r", imgV3, boot2); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("RollbackImageMismatch", testcoord.PhaseIs(fleetv1.PhaseDegraded, fleetv1.ReasonRollbackImageMismatch))
+	if st := u.m.State(); st.RollbackQueued || u.host.count() != 1 {
+		t.Fatalf("acted on a rollback grant for another image: queued %v, %d reboots", st.RollbackQueued, u.host.count())
+	}
+
+	// The rollback grant for v1, the rollback deployment.
+	if _, err := u.k.GrantRollback(ctx, 0, "unit-r", imgV1, boot2); err != nil {
+		t.Fatal(err)
+	}
+	u.waitReboots(2)
+	if st := u.m.State(); !st.RollbackQueued {
+		t.Fatalf("rebooted without the rollback queued: %+v", st)
+	}
+	rec, err := record.Store{Dir: u.state}.Read()
+	if err != nil || rec == nil || !rec.Rollback || rec.Image != imgV1 || rec.BootID != boot2 {
+		t.Fatalf("reboot record = %+v, %v; want a rollback to %s in boot %s", rec, err, imgV1, boot2)
+	}
+	u.m.Reboot(testbootc.RebootOptions{})
+	u.wait("Idle on v1", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	if st := u.m.State(); st.Booted == nil || st.Booted.Image != imgV1 {
+		t.Fatalf("booted %+v after the rollback, want %s", st.Booted, imgV1)
+	}
+	if u.host.count() != 2 {
+		t.Fatalf("%d reboot requests, want 2 (update, rollback)", u.host.count())
+	}
+	if kinds := strings.Join(drain(u.steps), ","); kinds != "rollback,reboot" {
+		t.Fatalf("traced steps %s, want rollback, reboot", kinds)
+	}
+}
+
+// waitReboots waits until the host was asked to reboot n times.
+func (u *unit) waitReboots(n int) {
+	u.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for u.host.count() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c := u.host.count(); c != n {
+		st := u.api.status()
+		u.t.Fatalf("%d reboot requests, want %d; status %s/%s: %s", c, n, st.Phase, st.Reason, st.Message)
+	}
+}
+
+// drain returns the kinds of the steps traced so far.
+func drain(steps chan agent.Step) []string {
+	var kinds []string
+	for len(steps) > 0 {
+		kinds = append(kinds, (<-steps).Kind)
+	}
+	return kinds
+}
+
 type testLog struct{ t *testing.T }
 
 func (l testLog) Write(p []byte) (int, error) {

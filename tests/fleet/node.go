@@ -391,6 +391,11 @@ func (b memBootc) ApplyStaged(ctx context.Context, mode bootc.SoftReboot) error 
 	return b.cli.ApplyStaged(ctx, mode)
 }
 
+// Rollback runs the agent's real `bootc rollback` sequence on the machine.
+func (b memBootc) Rollback(ctx context.Context, to imageref.Pinned, mode bootc.SoftReboot) (bootc.RollbackResult, error) {
+	return b.cli.Rollback(ctx, to, mode)
+}
+
 // memHost is the machine's boot identity and logind.
 type memHost struct {
 	n   *SimNode

@@ -70,10 +70,25 @@ func (k *Coordinator) Grant(ctx context.Context, kind lease.Kind, i int, node, i
 	if err != nil {
 		return lease.ID{}, err
 	}
+	return k.issue(ctx, i, lease.Terms{Kind: kind, Holder: node, Image: img, BootID: bootID, StageTimeout: k.stageTimeout()}, phase)
+}
+
+// GrantRollback gives reboot slot i to node as a rollback grant for image
+// (its rollback deployment) in bootID, in phase Reboot, as the coordinator
+// re-issues a failed update grant (docs/design.md, amendment 25).
+func (k *Coordinator) GrantRollback(ctx context.Context, i int, node, image, bootID string) (lease.ID, error) {
+	img, err := imageref.ParsePinned(image)
+	if err != nil {
+		return lease.ID{}, err
+	}
+	return k.issue(ctx, i, lease.Terms{Kind: lease.KindReboot, Holder: node, Image: img, BootID: bootID, Rollback: true}, lease.PhaseReboot)
+}
+
+func (k *Coordinator) issue(ctx context.Context, i int, t lease.Terms, phase lease.Phase) (lease.ID, error) {
 	l := &coordinationv1.Lease{}
-	err = k.C.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: lease.SlotName(k.Pool, kind, i)}, l)
+	err := k.C.Get(ctx, client.ObjectKey{Namespace: lease.Namespace, Name: lease.SlotName(k.Pool, t.Kind, i)}, l)
 	if apierrors.IsNotFound(err) {
-		l = lease.NewSlot(k.Pool, kind, i)
+		l = lease.NewSlot(k.Pool, t.Kind, i)
 		if err := k.C.Create(ctx, l); err != nil {
 			return lease.ID{}, err
 		}
@@ -85,9 +100,8 @@ func (k *Coordinator) Grant(ctx context.Context, kind lease.Kind, i int, node, i
 	if secs == 0 {
 		secs = 30
 	}
-	g := lease.Issue(l, lease.Terms{Kind: kind, Holder: node, Image: img, BootID: bootID, StageTimeout: k.stageTimeout()},
-		now, time.Duration(secs)*time.Second)
-	if kind == lease.KindReboot && phase == lease.PhaseReboot {
+	g := lease.Issue(l, t, now, time.Duration(secs)*time.Second)
+	if t.Kind == lease.KindReboot && phase == lease.PhaseReboot {
 		lease.Advance(l, false, now) // this coordinator cordons nothing
 	}
 	if err := k.C.Update(ctx, l); err != nil {

@@ -51,8 +51,8 @@ func Claims(o Observation, a Action) []Claim {
 			continue
 		}
 		wanted := o.Desired.Set && o.Desired.Invalid == "" && g.Image == o.Desired.Image
-		if o.Record.Present && g.ID == o.Record.Grant {
-			wanted = true
+		if (o.Record.Present && g.ID == o.Record.Grant) || (g.Kind == lease.KindReboot && g.Rollback) {
+			wanted = true // a rollback grant's image is not the desired one until the coordinator says so
 		}
 		if !wanted {
 			continue

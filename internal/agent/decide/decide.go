@@ -69,6 +69,10 @@ type Status struct {
 	ReadIn BootIdentity
 	Booted *Deployment
 	Staged *Deployment
+	// Rollback is bootc's rollback deployment; RollbackQueued: bootc
+	// queued it for the next boot (`bootc rollback` ran).
+	Rollback       *Deployment
+	RollbackQueued bool
 	// Unavailable holds the error when bootc status could not be read.
 	Unavailable string
 }
@@ -84,6 +88,8 @@ type RecordState struct {
 	Boot       BootIdentity
 	Recorded   time.Time
 	Soft       bool
+	// Rollback: the record is of a rollback (amendment 25).
+	Rollback bool
 }
 
 // HeldGrant is a parsed grant for this node with the time the agent sent its
@@ -247,6 +253,10 @@ const (
 	// ClearRecord means: remove the reboot record (marking its grant spent when
 	// MarkSpent), then report.
 	ClearRecord Kind = "ClearRecord"
+	// Rollback means: (write the record when WriteRecord,) run `bootc
+	// rollback` and reboot (soft when Soft) into Image, the rollback
+	// deployment, under the rollback grant Grant (amendment 25).
+	Rollback Kind = "Rollback"
 )
 
 // Action is the one thing to do next, with the status to report.
@@ -256,11 +266,11 @@ type Action struct {
 	Reason  string
 	Message string
 
-	Image       imageref.Pinned // Stage, ApplyAndReboot
-	Grant       lease.ID        // Stage, ApplyAndReboot: the grant it runs under
+	Image       imageref.Pinned // Stage, ApplyAndReboot, Rollback
+	Grant       lease.ID        // Stage, ApplyAndReboot, Rollback: the grant it runs under
 	Enforce     bool            // Stage: with bootc's --enforce-container-sigpolicy
-	Soft        bool            // ApplyAndReboot
-	WriteRecord bool            // ApplyAndReboot: first use of the grant
+	Soft        bool            // ApplyAndReboot, Rollback
+	WriteRecord bool            // ApplyAndReboot, Rollback: first use of the grant
 	MarkSpent   bool            // ClearRecord: the record's grant was used by a reboot
 	// TimedOut (CancelStage): the stage ran past its timeout; the caller
 	// counts it as a failed stage that lets go of its grant
@@ -280,9 +290,9 @@ func (a Action) String() string {
 }
 
 // Decide returns the next action. It applies, in order: the freshness and
-// readability guards, rule 1 and 2 (a reboot record exists), the invalid
-// desired image guard, rule 3 (nothing to do), the boot's verdict, rule 4
-// (staged) and rule 5 (stage or wait).
+// readability guards, rule 1 and 2 (a reboot record exists), a rollback
+// grant (amendment 25), the invalid desired image guard, rule 3 (nothing to
+// do), the boot's verdict, rule 4 (staged) and rule 5 (stage or wait).
 func Decide(o Observation) Action {
 	if a, ok := guardRecordUnreadable(o); ok {
 		return a
@@ -298,6 +308,9 @@ func Decide(o Observation) Action {
 			return rebootPending(o) // rule 1
 		}
 		return afterReboot(o) // rule 2
+	}
+	if a, ok := rollback(o); ok {
+		return a
 	}
 	if o.Desired.Set && o.Desired.Invalid != "" {
 		return cancelOr(o, Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonInvalidDesiredImage,
@@ -369,6 +382,9 @@ func rebootPending(o Observation) Action {
 		return Action{Kind: Nothing, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRebootDidNotHappen,
 			Message: fmt.Sprintf("reboot into %s under %s recorded at %s did not happen within %s",
 				r.Image, r.Grant, r.Recorded.UTC().Format(time.RFC3339), o.RebootTimeout)}
+	}
+	if r.Rollback {
+		return rollbackPending(o)
 	}
 	if _, ok := StagedIs(o.Status, o.Boot, r.Image); !ok {
 		return Action{Kind: ClearRecord, Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonStagedDigestMismatch,

@@ -136,12 +136,20 @@ func (h *history) act(rng *rand.Rand) string {
 		img = w.desired.Image // mostly grants for the image the node moves to
 	}
 	switch r := rng.Intn(100); {
-	case r < 20:
+	case r < 17:
 		if rng.Intn(10) == 0 {
 			w.failNext = true
 		}
 		w.observe()
 		return "observe"
+	case r < 20:
+		// A rollback grant, mostly for the rollback deployment.
+		if w.rollback != nil && rng.Intn(5) > 0 {
+			img = w.rollback.Image
+		}
+		phase := []lease.Phase{lease.PhaseDraining, lease.PhaseReboot, lease.PhaseReboot}[rng.Intn(3)]
+		w.grantRollback(img, phase)
+		return "grant rollback " + short(img) + " " + string(phase)
 	case r < 35:
 		// A round whose report gives a new grant its first heartbeat,
 		// and the round that follows at once.
@@ -270,8 +278,25 @@ func (h *history) checkEffect(before State, _ Input, _ State, e Effect) string {
 		return h.current(e, lease.ActionStage)
 	case EffectUnlock:
 		return h.current(e, lease.ActionReboot)
+	case EffectRollback:
+		if msg := h.current(e, lease.ActionRollback); msg != "" {
+			return msg
+		}
+		if w.rollback == nil || w.rollback.Image != e.Image {
+			return "bootc rollback without the granted image as the rollback deployment"
+		}
+		if w.queued {
+			return "bootc rollback while the rollback is queued already (it would take it back)"
+		}
+		if !w.record.Present || !w.record.Rollback || w.record.Grant != e.Grant.ID || w.record.Boot != w.boot {
+			return "bootc rollback without its record written in this boot"
+		}
 	case EffectReboot:
-		if msg := h.current(e, lease.ActionReboot); msg != "" {
+		act := lease.ActionReboot
+		if e.Grant.Rollback {
+			act = lease.ActionRollback
+		}
+		if msg := h.current(e, act); msg != "" {
 			return msg
 		}
 		if h.rebooted[e.Grant.ID] {
@@ -285,10 +310,13 @@ func (h *history) checkEffect(before State, _ Input, _ State, e Effect) string {
 				return "a reboot under a spent grant (I3)"
 			}
 		}
-		if w.staged == nil || w.staged.Image != e.Image || w.staged.DownloadOnly {
+		if act == lease.ActionRollback && (!w.queued || w.rollback == nil || w.rollback.Image != e.Image) {
+			return "a rollback reboot without the granted image queued as the rollback"
+		}
+		if act == lease.ActionReboot && (w.staged == nil || w.staged.Image != e.Image || w.staged.DownloadOnly) {
 			return "a reboot without the granted image staged and unlocked"
 		}
-		if !w.record.Present || w.record.Grant != e.Grant.ID || w.record.Boot != w.boot {
+		if !w.record.Present || w.record.Grant != e.Grant.ID || w.record.Boot != w.boot || w.record.Rollback != (act == lease.ActionRollback) {
 			return "a reboot without its record written in this boot"
 		}
 	}

@@ -144,8 +144,14 @@ const (
 	PhaseUnlocking        Phase = "Unlocking"
 	PhaseCheckingUnlocked Phase = "CheckingUnlocked"
 	PhaseConfirmingReboot Phase = "ConfirmingReboot"
-	PhaseRebooting        Phase = "Rebooting"
-	PhaseRebootRequested  Phase = "RebootRequested"
+	// The rollback's own phases (amendment 25); it then goes on through
+	// ConfirmingReboot and Rebooting.
+	PhaseCheckingRollback   Phase = "CheckingRollback"
+	PhaseConfirmingRollback Phase = "ConfirmingRollback"
+	PhaseRollingBack        Phase = "RollingBack"
+	PhaseCheckingRolledBack Phase = "CheckingRolledBack"
+	PhaseRebooting          Phase = "Rebooting"
+	PhaseRebootRequested    Phase = "RebootRequested"
 )
 
 var pendingPhase = map[EffectKind]Phase{
@@ -159,14 +165,22 @@ var pendingPhase = map[EffectKind]Phase{
 	EffectUnlock:        PhaseUnlocking,
 	EffectConfirmReboot: PhaseConfirmingReboot,
 	EffectReboot:        PhaseRebooting,
+
+	EffectConfirmRollback: PhaseConfirmingRollback,
+	EffectRollback:        PhaseRollingBack,
 }
 
 // Phase is the state's phase.
 func (s State) Phase() Phase {
 	if p := s.Pending; p != nil {
 		if p.Effect.Kind == EffectReadStatus {
-			if p.Effect.Step == StepAfterUnlock {
+			switch p.Effect.Step {
+			case StepAfterUnlock:
 				return PhaseCheckingUnlocked
+			case StepBeforeRollback:
+				return PhaseCheckingRollback
+			case StepAfterRollback:
+				return PhaseCheckingRolledBack
 			}
 			return PhaseCheckingStaged
 		}

@@ -21,6 +21,8 @@ const (
 	EffectConfirmStage  EffectKind = "ConfirmStage"
 	EffectConfirmApply  EffectKind = "ConfirmApply"
 	EffectConfirmReboot EffectKind = "ConfirmReboot"
+	// EffectConfirmRollback: the same read, before `bootc rollback`.
+	EffectConfirmRollback EffectKind = "ConfirmRollback"
 	// EffectStage: start bootc's locked stage of Image in the background;
 	// its end comes as a StageDone input.
 	EffectStage EffectKind = "Stage"
@@ -40,6 +42,9 @@ const (
 	EffectUnlock EffectKind = "Unlock"
 	// EffectReboot: ask logind to reboot (soft when Soft).
 	EffectReboot EffectKind = "Reboot"
+	// EffectRollback: `bootc rollback` (with --soft-reboot=auto when Soft):
+	// queue the rollback deployment for the next boot.
+	EffectRollback EffectKind = "Rollback"
 )
 
 // Steps: the Step of a confirm and of the disruptive effect it guards (as
@@ -51,6 +56,10 @@ const (
 	StepSoftReboot   = "soft-reboot"
 	StepBeforeUnlock = "before unlocking"
 	StepAfterUnlock  = "after unlocking"
+	// The rollback's confirm and re-reads (amendment 25).
+	StepRollback       = "rollback"
+	StepBeforeRollback = "before rolling back"
+	StepAfterRollback  = "after rolling back"
 )
 
 // Effect is one thing for the runner to run.
@@ -64,8 +73,10 @@ type Effect struct {
 	Boot BootIdentity
 	// Step names a confirm and the step it guards, or a re-read.
 	Step string
-	// Soft: a soft reboot (WriteRecord, Unlock, Reboot).
+	// Soft: a soft reboot (WriteRecord, Unlock, Rollback, Reboot).
 	Soft bool
+	// Rollback: WriteRecord records a rollback.
+	Rollback bool
 	// Enforce: stage with bootc's signature enforcement.
 	Enforce bool
 	// MarkSpent: ClearRecord marks the record's grant spent.
@@ -96,6 +107,9 @@ func (e Effect) String() string {
 	}
 	if e.Soft {
 		s += " soft"
+	}
+	if e.Rollback {
+		s += " rollback"
 	}
 	if e.MarkSpent {
 		s += " mark-spent"
@@ -207,9 +221,10 @@ func (s State) act(now time.Time, o Observation, a Action) (State, []Effect) {
 		return s.await(Effect{Kind: EffectCancelStage, Image: a.Image, TimedOut: a.TimedOut}, a)
 	case ClearRecord:
 		return s.await(Effect{Kind: EffectClearRecord, Grant: idOnly(o.Record.Grant), Image: o.Record.Image, MarkSpent: a.MarkSpent}, a)
-	case ApplyAndReboot:
+	case ApplyAndReboot, Rollback:
 		if a.WriteRecord {
-			return s.await(Effect{Kind: EffectWriteRecord, Grant: idOnly(a.Grant), Image: a.Image, Boot: o.Boot, Soft: a.Soft, Recorded: now}, a)
+			return s.await(Effect{Kind: EffectWriteRecord, Grant: idOnly(a.Grant), Image: a.Image, Boot: o.Boot, Soft: a.Soft,
+				Rollback: a.Kind == Rollback, Recorded: now}, a)
 		}
 		return s.await(Effect{Kind: EffectReport, Action: a}, a)
 	}
@@ -243,7 +258,7 @@ func (s State) result(now time.Time, r Result) (State, []Effect) {
 	}
 	e, a := p.Effect, p.Action
 	switch r.Kind {
-	case EffectConfirmStage, EffectConfirmApply, EffectConfirmReboot:
+	case EffectConfirmStage, EffectConfirmApply, EffectConfirmReboot, EffectConfirmRollback:
 		return s.confirmResult(now, e, a, r)
 	case EffectStage:
 		if r.Err != "" {
@@ -265,9 +280,21 @@ func (s State) result(now time.Time, r Result) (State, []Effect) {
 		}
 		return s.await(Effect{Kind: EffectReport, Action: a}, a)
 	case EffectReport:
-		return s.await(Effect{Kind: EffectReadStatus, Step: StepBeforeUnlock, Image: a.Image, Boot: s.Last.Obs.Boot}, a)
+		step := StepBeforeUnlock
+		if a.Kind == Rollback {
+			step = StepBeforeRollback
+		}
+		return s.await(Effect{Kind: EffectReadStatus, Step: step, Image: a.Image, Boot: s.Last.Obs.Boot}, a)
 	case EffectReadStatus:
+		if a.Kind == Rollback {
+			return s.rollbackReread(e, a, r)
+		}
 		return s.reread(e, a, r)
+	case EffectRollback:
+		if r.Err != "" {
+			return s.stop(false, "bootc rollback failed; will retry while the grant is valid: "+r.Err)
+		}
+		return s.await(Effect{Kind: EffectReadStatus, Step: StepAfterRollback, Image: a.Image, Boot: e.Boot}, a)
 	case EffectUnlock:
 		if r.Err != "" {
 			return s.stop(false, "bootc upgrade --from-downloaded failed; will retry while the grant is valid: "+r.Err)
@@ -288,8 +315,11 @@ func (s State) result(now time.Time, r Result) (State, []Effect) {
 // it guards.
 func (s State) confirmResult(now time.Time, e Effect, a Action, r Result) (State, []Effect) {
 	act := lease.ActionReboot
-	if e.Kind == EffectConfirmStage {
+	switch {
+	case e.Kind == EffectConfirmStage:
 		act = lease.ActionStage
+	case a.Kind == Rollback:
+		act = lease.ActionRollback
 	}
 	if err := s.Confirmed(now, e, act, r); err != nil {
 		if !errors.Is(err, lease.ErrExpired) {
@@ -303,6 +333,8 @@ func (s State) confirmResult(now time.Time, e Effect, a Action, r Result) (State
 		next.Kind, next.Enforce = EffectStage, e.Enforce
 	case EffectConfirmApply:
 		next.Kind, next.Soft = EffectUnlock, a.Soft
+	case EffectConfirmRollback:
+		next.Kind, next.Soft = EffectRollback, a.Soft
 	default:
 		next.Kind, next.Soft, next.Why = EffectReboot, e.Soft, e.Why
 	}

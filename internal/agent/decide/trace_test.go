@@ -24,7 +24,7 @@ import (
 //	run [fail]                        run the first pending effect
 //	stabilize                         run every pending effect, each ok
 //	report                            an accepted report of the last decision
-//	grant stage|reboot <img> [phase=P] [boot=other]
+//	grant stage|reboot|rollback <img> [phase=P] [boot=other]
 //	revoke stage|reboot
 //	set-phase <P>                     rewrite the reboot grant's phase in place
 //	stage-done done|failed|rejected|unauthorized
@@ -64,7 +64,7 @@ func traceImage(d *datadriven.TestData, i int) (imageref.Pinned, error) {
 }
 
 func traceKind(d *datadriven.TestData) lease.Kind {
-	if d.HasArg("reboot") {
+	if d.HasArg("reboot") || d.HasArg("rollback") {
 		return lease.KindReboot
 	}
 	return lease.KindStage
@@ -132,7 +132,11 @@ func traceGrant(w *world, d *datadriven.TestData) error {
 			phase = lease.Phase(a.Vals[0])
 		}
 	}
-	w.grant(traceKind(d), img, boot, phase)
+	if d.HasArg("rollback") {
+		w.grantRollback(img, phase)
+	} else {
+		w.grant(traceKind(d), img, boot, phase)
+	}
 	g := w.leases[lease.SlotName("pool", traceKind(d), 0)]
 	w.out = append(w.out, "granted: "+g.ID.String())
 	return nil

@@ -49,4 +49,19 @@ var Transitions = []Transition{
 	{PhaseRebooting, PhaseReady, "failed"},
 	{PhaseRebootRequested, PhaseRebootRequested, "Nothing (waiting for the host to go down)"},
 	{PhaseRebootRequested, PhaseClearing, "ClearRecord (new boot)"},
+
+	// The rollback (amendment 25).
+	{PhaseReady, PhaseRecording, "Rollback (first use of the grant)"},
+	{PhaseReady, PhaseReporting, "Rollback (recorded in this boot)"},
+	{PhaseReporting, PhaseCheckingRollback, "reported (rollback)"},
+	{PhaseCheckingRollback, PhaseConfirmingRollback, "rollback is the granted image"},
+	{PhaseCheckingRollback, PhaseConfirmingReboot, "rollback already queued"},
+	{PhaseCheckingRollback, PhaseClearing, "rollback is not (drop the record)"},
+	{PhaseConfirmingRollback, PhaseRollingBack, "confirmed"},
+	{PhaseConfirmingRollback, PhaseReady, "not confirmed"},
+	{PhaseRollingBack, PhaseCheckingRolledBack, "rolled back"},
+	{PhaseRollingBack, PhaseReady, "failed"},
+	{PhaseCheckingRolledBack, PhaseConfirmingReboot, "rollback queued"},
+	{PhaseCheckingRolledBack, PhaseClearing, "not queued, or not the granted image (drop the record)"},
+	{PhaseCheckingRolledBack, PhaseReady, "another rollback queued, or grant gone"},
 }

@@ -24,6 +24,8 @@ type world struct {
 	boot     BootIdentity
 	booted   *Deployment
 	staged   *Deployment
+	rollback *Deployment
+	queued   bool // bootc rollback queued the rollback deployment
 	desired  Desired
 	policy   fleetv1.RebootPolicy
 	signed   bool
@@ -48,14 +50,15 @@ type world struct {
 
 func newWorld(start time.Time) *world {
 	return &world{
-		now:     start,
-		boot:    BootIdentity{BootID: bootA},
-		booted:  &Deployment{Image: imgV1},
-		desired: Desired{Set: true, Image: imgV2},
-		policy:  fleetv1.RebootPolicyReboot,
-		leases:  map[string]lease.Grant{},
-		bootc:   BootcSupport{Known: true, Version: "1.16.9", CanStage: true, SoftReboot: true},
-		s:       NewState(Params{Node: node, StageRetry: 30 * time.Second, SettleTimeout: 2 * time.Minute, RebootTimeout: 15 * time.Minute}),
+		now:      start,
+		boot:     BootIdentity{BootID: bootA},
+		booted:   &Deployment{Image: imgV1},
+		rollback: &Deployment{Image: imgV3, SoftRebootCapable: true},
+		desired:  Desired{Set: true, Image: imgV2},
+		policy:   fleetv1.RebootPolicyReboot,
+		leases:   map[string]lease.Grant{},
+		bootc:    BootcSupport{Known: true, Version: "1.16.9", CanStage: true, SoftReboot: true},
+		s:        NewState(Params{Node: node, StageRetry: 30 * time.Second, SettleTimeout: 2 * time.Minute, RebootTimeout: 15 * time.Minute}),
 	}
 }
 
@@ -98,11 +101,11 @@ func (w *world) status() Status {
 		w.failNext = false
 		return Status{Unavailable: "bootc status failed"}
 	case w.staleIn.Known():
-		st := Status{ReadIn: w.staleIn, Booted: w.booted, Staged: w.staged}
+		st := Status{ReadIn: w.staleIn, Booted: w.booted, Staged: w.staged, Rollback: w.rollback, RollbackQueued: w.queued}
 		w.staleIn = BootIdentity{}
 		return st
 	}
-	return Status{ReadIn: w.boot, Booted: clone(w.booted), Staged: clone(w.staged)}
+	return Status{ReadIn: w.boot, Booted: clone(w.booted), Staged: clone(w.staged), Rollback: clone(w.rollback), RollbackQueued: w.queued}
 }
 
 func clone(d *Deployment) *Deployment {
@@ -126,7 +129,7 @@ func (w *world) run(ok bool) {
 		r.Err = "failed"
 	}
 	switch e.Kind {
-	case EffectConfirmStage, EffectConfirmApply, EffectConfirmReboot:
+	case EffectConfirmStage, EffectConfirmApply, EffectConfirmReboot, EffectConfirmRollback:
 		if g, held := w.leases[e.Grant.Lease]; held && ok {
 			r.Lease, r.ResourceVersion = &g, "1"
 		} else if ok {
@@ -148,14 +151,21 @@ func (w *world) run(ok bool) {
 		}
 	case EffectWriteRecord:
 		if ok {
-			w.record = RecordState{Present: true, Grant: e.Grant.ID, Image: e.Image, Boot: e.Boot, Recorded: e.Recorded, Soft: e.Soft}
+			w.record = RecordState{Present: true, Grant: e.Grant.ID, Image: e.Image, Boot: e.Boot, Recorded: e.Recorded, Soft: e.Soft, Rollback: e.Rollback}
 		}
 	case EffectReadStatus:
 		// A failed re-read: bootc status fails, or (the host changed
 		// under the agent) shows another image staged, unlocked.
-		if !ok && w.uids%2 == 0 {
+		switch {
+		case !ok && w.uids%2 == 0:
 			w.failNext = true
-		} else if !ok {
+		case !ok && e.Step == StepAfterRollback:
+			other := imgV3
+			if e.Image == imgV3 {
+				other = imgV2
+			}
+			w.rollback = &Deployment{Image: other}
+		case !ok:
 			w.staged = &Deployment{Image: imgV3}
 		}
 		r.Status = w.status()
@@ -163,6 +173,14 @@ func (w *world) run(ok bool) {
 	case EffectUnlock:
 		if ok && w.staged != nil {
 			w.staged.DownloadOnly = false
+		}
+	case EffectRollback:
+		// bootc: no rollback deployment is an error; a staged one is
+		// discarded; a second rollback takes the queued one back.
+		if ok && w.rollback == nil {
+			r.Err = "No rollback available"
+		} else if ok {
+			w.queued, w.staged = !w.queued, nil
 		}
 	}
 	w.out = append(w.out, fmt.Sprintf("result: %s %s", e.Kind, okOr(r.Err)))
@@ -221,6 +239,16 @@ func (w *world) grant(kind lease.Kind, img imageref.Pinned, boot BootIdentity, p
 	w.leases[name] = g
 }
 
+// grantRollback gives the reboot slot to this node as a rollback grant
+// for img in the current boot.
+func (w *world) grantRollback(img imageref.Pinned, phase lease.Phase) {
+	w.grant(lease.KindReboot, img, w.boot, phase)
+	name := lease.SlotName("pool", lease.KindReboot, 0)
+	g := w.leases[name]
+	g.Rollback = true
+	w.leases[name] = g
+}
+
 func (w *world) revoke(kind lease.Kind) { delete(w.leases, lease.SlotName("pool", kind, 0)) }
 
 // setPhase rewrites the reboot grant's phase in place (same identity).
@@ -253,10 +281,13 @@ func (w *world) reboot(soft, restart bool) {
 		w.uids++
 		w.boot = BootIdentity{BootID: fmt.Sprintf("%08d-0000-0000-0000-000000000000", w.uids)}
 	}
-	if w.staged != nil && !w.staged.DownloadOnly {
-		w.booted = &Deployment{Image: w.staged.Image}
+	switch {
+	case w.queued:
+		w.booted, w.rollback = w.rollback, w.booted
+	case w.staged != nil && !w.staged.DownloadOnly:
+		w.booted, w.rollback = &Deployment{Image: w.staged.Image, SoftRebootCapable: w.staged.SoftRebootCapable}, w.booted
 	}
-	w.staged, w.running = nil, nil
+	w.staged, w.running, w.queued = nil, nil, false
 	w.pending = nil
 	if restart {
 		w.s = NewState(w.s.Params)
@@ -277,7 +308,11 @@ func (w *world) summary() string {
 		if !g.LastHeartbeat.IsZero() {
 			hb = g.LastHeartbeat.Sub(t0).String()
 		}
-		fmt.Fprintf(&b, "\n  grant %s %s %s boot=%s phase=%q heartbeat=%s", g.ID, g.Kind, short(g.Image), g.BootID[:8], g.Phase, hb)
+		kind := string(g.Kind)
+		if g.Rollback {
+			kind = "rollback"
+		}
+		fmt.Fprintf(&b, "\n  grant %s %s %s boot=%s phase=%q heartbeat=%s", g.ID, kind, short(g.Image), g.BootID[:8], g.Phase, hb)
 	}
 	if st := s.Stage; st != nil {
 		fmt.Fprintf(&b, "\n  stage %s under %s", short(st.Image), st.Grant)
@@ -287,6 +322,9 @@ func (w *world) summary() string {
 	}
 	if s.RebootIssued != nil {
 		fmt.Fprintf(&b, "\n  reboot issued under %s", *s.RebootIssued)
+	}
+	if w.queued {
+		fmt.Fprintf(&b, "\n  rollback %s queued", describe(w.rollback))
 	}
 	if w.record.Present {
 		fmt.Fprintf(&b, "\n  record %s under %s in boot %s/%d", short(w.record.Image), w.record.Grant, w.record.Boot.BootID[:8], w.record.Boot.SoftRebootCount)

@@ -52,6 +52,9 @@ type Record struct {
 	SoftRebootCount uint32    `json:"softRebootCount"`
 	Soft            bool      `json:"soft"`
 	Recorded        time.Time `json:"recorded"`
+	// Rollback: the reboot is into the rollback deployment under a
+	// rollback grant (amendment 25). Absent in records of older agents.
+	Rollback bool `json:"rollback,omitempty"`
 }
 
 func (r *Record) validate() error {

@@ -29,9 +29,12 @@ type StartedUnit struct {
 	Job        dbus.ObjectPath
 }
 
-// Systemd1 is a fake systemd Manager: the SoftRebootsCount property and
-// StartUnit, which answers with a job path and then emits JobRemoved.
+// Systemd1 is a fake systemd Manager: the SoftRebootsCount and SystemState
+// properties, StartUnit, which answers with a job path and then emits
+// JobRemoved, and the units the health gate reads (units.go).
 type Systemd1 struct {
+	// SystemState is the initial manager state (default "running").
+	SystemState string
 	// OmitSoftRebootsCount hides the property, like systemd before 254.
 	OmitSoftRebootsCount bool
 	// SoftRebootsCount is the initial property value.
@@ -44,6 +47,8 @@ type Systemd1 struct {
 	OnStartUnit func(name, mode string)
 
 	mu      sync.Mutex
+	units   map[string]*unit
+	listErr string
 	started []StartedUnit
 	jobSeq  uint32
 	conn    *dbus.Conn
@@ -70,6 +75,12 @@ func (s *Systemd1) Serve(addr string) error {
 	if !s.OmitSoftRebootsCount {
 		props["SoftRebootsCount"] = &prop.Prop{Value: s.SoftRebootsCount, Emit: prop.EmitTrue}
 	}
+	s.mu.Lock()
+	if s.SystemState == "" {
+		s.SystemState = DefaultSystemState
+	}
+	props["SystemState"] = &prop.Prop{Value: s.SystemState, Emit: prop.EmitTrue}
+	s.mu.Unlock()
 	p, err := prop.Export(conn, Systemd1Path, prop.Map{Systemd1Iface: props})
 	if err != nil {
 		conn.Close()
@@ -92,7 +103,7 @@ func (s *Systemd1) Serve(addr string) error {
 			{
 				Name:       Systemd1Iface,
 				Properties: p.Introspection(Systemd1Iface),
-				Methods: []introspect.Method{
+				Methods: append([]introspect.Method{
 					{Name: "StartUnit", Args: []introspect.Arg{
 						{Name: "name", Type: "s", Direction: "in"},
 						{Name: "mode", Type: "s", Direction: "in"},
@@ -100,7 +111,7 @@ func (s *Systemd1) Serve(addr string) error {
 					}},
 					{Name: "Subscribe"},
 					{Name: "Unsubscribe"},
-				},
+				}, unitMethods...),
 				Signals: []introspect.Signal{{Name: "JobRemoved", Args: []introspect.Arg{
 					{Name: "id", Type: "u"}, {Name: "job", Type: "o"}, {Name: "unit", Type: "s"}, {Name: "result", Type: "s"},
 				}}},
@@ -115,7 +126,12 @@ func (s *Systemd1) Serve(addr string) error {
 	s.conn, s.props = conn, p
 	s.signals = make(chan jobRemoved, 64)
 	s.done = make(chan struct{})
+	err = s.exportUnits()
 	s.mu.Unlock()
+	if err != nil {
+		s.Close()
+		return err
+	}
 	go s.emit(conn, s.signals, s.done)
 	if err := claim(conn, Systemd1Name); err != nil {
 		s.Close()
