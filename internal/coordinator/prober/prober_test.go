@@ -10,9 +10,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/health"
+	"github.com/bootc-fleet/bootc-fleet/tests/promtest"
 )
 
 // A real Prometheus (Debian's prometheus package) scrapes an exporter this
@@ -36,86 +34,6 @@ const rules = `groups:
           severity: critical
 `
 
-// startPrometheus runs prometheus scraping target every second until the
-// test ends and returns its URL.
-func startPrometheus(t *testing.T, target string) string {
-	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("BOOTC_FLEET_REQUIRE_PROMETHEUS") == "1" {
-			t.Fatalf("prometheus required (BOOTC_FLEET_REQUIRE_PROMETHEUS=1) but not found: %v", err)
-		}
-		t.Skip("no prometheus on PATH (Debian package prometheus)")
-	}
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-  - job_name: exporter
-    static_configs:
-      - targets: [%q]
-`, filepath.Join(dir, "rules.yml"), target)
-	for name, body := range map[string]string{"prometheus.yml": cfg, "rules.yml": rules} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	u := "http://" + addr
-	waitFor(t, 60*time.Second, "prometheus ready", func() bool {
-		resp, err := http.Get(u + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return u
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// waitFor polls cond with a wide bound: a loaded machine is slow, never
-// wrong.
-func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, bound)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func TestPrometheus(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	broken := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bootc_fleet_test_broken", Help: "1 when the node is broken"}, []string{"node"})
@@ -124,12 +42,12 @@ func TestPrometheus(t *testing.T) {
 	broken.WithLabelValues("n2").Set(0)
 	exporter := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer exporter.Close()
-	promURL := startPrometheus(t, strings.TrimPrefix(exporter.URL, "http://"))
+	promURL := promtest.Start(t, rules, strings.TrimPrefix(exporter.URL, "http://"))
 	ctx := context.Background()
 	alerts := `ALERTS{alertstate="firing",severity="critical"}`
 
 	t.Run("the alert fires for the broken node only", func(t *testing.T) {
-		waitFor(t, 60*time.Second, "the exporter scraped", func() bool {
+		promtest.WaitFor(t, 60*time.Second, "the exporter scraped", func() bool {
 			v, err := Query(ctx, Target{URL: promURL, Query: `bootc_fleet_test_broken`})
 			return err == nil && len(v) == 2
 		})
@@ -139,7 +57,7 @@ func TestPrometheus(t *testing.T) {
 		}
 		broken.WithLabelValues("n1").Set(1)
 		var fired map[string]string
-		waitFor(t, 60*time.Second, "the alert firing for n1", func() bool {
+		promtest.WaitFor(t, 60*time.Second, "the alert firing for n1", func() bool {
 			v, err := Query(ctx, Target{URL: promURL, Query: alerts})
 			if err != nil {
 				t.Fatal(err)
@@ -212,7 +130,7 @@ func httpsWithToken(t *testing.T, promURL string) {
 }
 
 func TestUnreachable(t *testing.T) {
-	addr := freeAddr(t) // closed again: nothing listens there
+	addr := promtest.FreeAddr(t) // closed again: nothing listens there
 	_, err := Query(context.Background(), Target{URL: "http://" + addr, Query: "up", Timeout: 5 * time.Second})
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("error %v", err)
