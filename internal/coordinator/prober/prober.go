@@ -42,10 +42,10 @@ type Target struct {
 	Timeout time.Duration
 }
 
-// ErrNotVector: the query returned a scalar, a string or a range.
+// ErrNotVector is the error when the query returned a scalar, a string or a range.
 var ErrNotVector = errors.New("the query did not return an instant vector")
 
-// ErrTooLarge: the answer exceeded MaxResponseBytes or MaxSeries.
+// ErrTooLarge is the error when the answer exceeded MaxResponseBytes or MaxSeries.
 var ErrTooLarge = errors.New("the query's answer is too large")
 
 // Query runs t's instant query now and returns its vector.
