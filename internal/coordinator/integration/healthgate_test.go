@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
@@ -50,7 +50,7 @@ func TestHealthGateHoldsTheSlotUntilPodsAreReady(t *testing.T) {
 	var first, second string
 	eventually(t, 120*time.Second, "a node back on v1", func() (bool, string) {
 		for _, name := range []string{"hg-n00", "hg-n01"} {
-			if n := f.node(name); n != nil && f.bootedOn(name, v1) {
+			if f.node(name) != nil && f.bootedOn(name, v1) {
 				first, second = name, map[string]string{"hg-n00": "hg-n01", "hg-n01": "hg-n00"}[name]
 				return true, ""
 			}
@@ -77,10 +77,10 @@ func TestHealthGateHoldsTheSlotUntilPodsAreReady(t *testing.T) {
 	f.assertRebootsEach(t, 1)
 }
 
-func (f *fleet) bootedOn(name string, img interface{ String() string }) bool {
+func (f *fleet) bootedOn(name string, img imageref.Pinned) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.nodes[name].booted.String() == img.String()
+	return f.nodes[name].booted == img
 }
 
 // holdsReboot: node holds a reboot grant.
@@ -154,7 +154,7 @@ func reportHealthyHosts(ctx context.Context, f *fleet) {
 			}
 			patch, _ := json.Marshal(map[string]any{"status": map[string]any{"host": fleetv1.HostHealth{BootID: boot, SystemState: fleetv1.SystemRunning}}})
 			if err := env.Client.Status().Patch(ctx, &bn, client.RawPatch("application/merge-patch+json", patch)); err != nil && ctx.Err() == nil {
-				f.t.Logf("host report %s: %v", name, fmt.Sprint(err))
+				f.t.Logf("host report %s: %v", name, err)
 			}
 		}
 	}
