@@ -96,6 +96,7 @@ func (g *healthGate) fill(ctx context.Context, pool *fleetv1.BootcNodePool, bns 
 	}
 	var v model.Vector
 	var qerr error
+	var recheck time.Duration
 	if spec.Metrics != nil {
 		v, qerr = g.metrics(ctx, pool.Name, spec.Metrics, now)
 		if qerr != nil {
@@ -103,10 +104,13 @@ func (g *healthGate) fill(ctx context.Context, pool *fleetv1.BootcNodePool, bns 
 		} else {
 			in.MetricsBlocked = inPool(health.Firing(spec.Metrics.NodeLabel, v), in.Nodes)
 		}
+		if qerr != nil || len(in.MetricsBlocked) > 0 {
+			// Grants wait on the next answer: ask for it when it is due.
+			recheck = g.interval
+		}
 	} else {
 		g.forget(pool.Name)
 	}
-	var recheck time.Duration
 	nodes := map[string]*plan.Node{}
 	for i := range in.Nodes {
 		nodes[in.Nodes[i].Name] = &in.Nodes[i]
@@ -130,7 +134,7 @@ func (g *healthGate) fill(ctx context.Context, pool *fleetv1.BootcNodePool, bns 
 			in.Health = map[string]health.Verdict{}
 		}
 		in.Health[n.Name] = verdict
-		if !verdict.Passed() {
+		if !verdict.Passed() && (recheck == 0 || gateRecheck < recheck) {
 			recheck = gateRecheck
 		}
 	}
