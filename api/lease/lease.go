@@ -212,11 +212,11 @@ type Grant struct {
 	// SoftRebootCount is the soft-reboot count of the boot the grant was
 	// issued in (AnnotationSoftRebootCount).
 	SoftRebootCount uint32
-	Phase           Phase  // reboot slots only
+	Phase           Phase // reboot slots only
 	// Rollback (reboot slots): a rollback grant (AnnotationPurpose); its
 	// Image is the rollback deployment the node boots back into.
 	Rollback bool
-	Failure         string // set by the coordinator when the node did not come back
+	Failure  string // set by the coordinator when the node did not come back
 	// StageTimeout (stage grants) bounds one stage under the grant: the
 	// valid AnnotationStageTimeout, or DefaultStageTimeout when it is
 	// absent or invalid (StageTimeoutProblem then says which). An invalid

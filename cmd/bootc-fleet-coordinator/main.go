@@ -106,6 +106,8 @@ func parseFlags() *flags {
 	flag.DurationVar(&o.RequeueInterval, "requeue-interval", controller.DefaultRequeueInterval, "longest time a pool goes without a reconcile")
 	flag.IntVar(&o.Workers, "workers", controller.DefaultWorkers, "pools reconciled at once")
 	flag.DurationVar(&o.ResolveTimeout, "resolve-timeout", 30*time.Second, "bound on one registry lookup")
+	flag.DurationVar(&o.HealthQueryInterval, "health-query-interval", controller.DefaultHealthQueryInterval, "how long a pool's spec.health.metrics query result is used before the query runs again")
+	flag.DurationVar(&o.HealthQueryTimeout, "health-query-timeout", controller.DefaultHealthQueryTimeout, "bound on one spec.health.metrics query, its Secrets' reads included")
 	flag.StringVar(&f.logLevel, "log-level", "info", "debug, info or error")
 	flag.StringVar(&o.RegistryCAFile, "registry-ca-file", "", "PEM bundle of CAs trusted for registries, in addition to the system's")
 	flag.StringVar(&o.RegistryAuthFile, "registry-auth-file", "", "docker config.json with registry credentials for every pool (e.g. a mounted kubernetes.io/dockerconfigjson Secret); a pool's spec.imagePullSecret comes first")

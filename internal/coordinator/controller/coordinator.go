@@ -109,6 +109,14 @@ type Options struct {
 	// used for every pool, after the pool's own spec.imagePullSecret.
 	RegistryAuthFile string
 
+	// HealthQueryInterval is how long a pool's metrics health query result
+	// is used before it is run again (default 15s): one query per pool per
+	// interval however often the pool is reconciled.
+	HealthQueryInterval time.Duration
+	// HealthQueryTimeout bounds one metrics health query, its Secrets'
+	// reads included (default 10s); the pass waits at most that long.
+	HealthQueryTimeout time.Duration
+
 	// Resolver and Drainer replace the real ones (nil: internal/coordinator/resolve
 	// and internal/coordinator/drain).
 	Resolver Resolver
@@ -154,6 +162,12 @@ func (o *Options) defaults() {
 	}
 	if o.HealthProbeBindAddress == "" {
 		o.HealthProbeBindAddress = "0"
+	}
+	if o.HealthQueryInterval <= 0 {
+		o.HealthQueryInterval = DefaultHealthQueryInterval
+	}
+	if o.HealthQueryTimeout <= 0 {
+		o.HealthQueryTimeout = DefaultHealthQueryTimeout
 	}
 	if o.Name == "" {
 		o.Name = DefaultLeaderElectionID
@@ -301,6 +315,7 @@ func newPoolReconciler(mgr manager.Manager, opts Options, log logr.Logger, undec
 		seen:          newHeartbeats(),
 		slotClock:     newSlotClock(),
 		stages:        newStageTimers(),
+		gate:          newHealthGate(mgr.GetAPIReader(), opts, log.WithName("health")),
 	}, nil
 }
 

@@ -48,6 +48,7 @@ type poolReconciler struct {
 	seen       *heartbeats
 	slotClock  *slotClock // timers of slot records on this process's clock
 	stages     *stageTimers
+	gate       *healthGate // the health gate's pods and metrics query
 	opts       Options
 	log        logr.Logger
 
@@ -185,8 +186,12 @@ func (r *poolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	in := r.planInput(&pool, w, tgt, now)
+	recheck := r.gate.fill(ctx, &pool, w.bootcNodes, &in, now)
 	observed := time.Now()
 	out := plan.Plan(in)
+	if recheck > 0 && (out.RequeueAfter <= 0 || recheck < out.RequeueAfter) {
+		out.RequeueAfter = recheck
+	}
 	r.stages.sawUngranted(req.Name, out.StagingWithoutGrant, now)
 	r.noteUndecodable(&pool, &out.Status)
 
@@ -223,6 +228,7 @@ func (r *poolReconciler) poolGone(ctx context.Context, name string) (reconcile.R
 	r.drains.forgetExcept(name, nil)
 	r.forgetPool(name)
 	r.slotClock.forget(name)
+	r.gate.forget(name)
 	metrics.ForgetPool(name)
 	if u, ok := r.undecodable.get(kindPool, name); ok {
 		// Not gone: set aside, so it gets no action; say why on it,

@@ -10,6 +10,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/health"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/platform"
 )
 
@@ -72,6 +73,16 @@ type Input struct {
 	// of maxStaging lapses stageTimeout plus LeaseDuration after it
 	// (amendment 20).
 	UngrantedStagingSince map[string]time.Time
+	// Health: by node, the gate's verdict for nodes whose pool has spec.health and that
+	// hold a reboot slot after its drain (phases Rebooting/Verifying). Absent: not
+	// evaluated yet (not passed).
+	Health map[string]health.Verdict
+	// MetricsBlocked: by node, series the pool's metrics query returned for it (a
+	// message); such a node gets no new reboot grant.
+	MetricsBlocked map[string]string
+	// MetricsError: the pool's metrics query failed (message): no new reboot grant in
+	// the pool.
+	MetricsError string
 }
 
 // Heartbeat is what the coordinator saw of one node's reports.
