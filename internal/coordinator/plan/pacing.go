@@ -79,7 +79,7 @@ func (p *planner) minReady() time.Duration {
 // is not back any more, so a node that comes up and falls over starts the
 // clock again and keeps its slot.
 func (p *planner) trackBack(s Slot, n Node, back bool) {
-	if p.minReady() <= 0 {
+	if p.minReady() <= 0 && !p.gated(s.Grant) {
 		return
 	}
 	switch {

@@ -10,6 +10,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/health"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/platform"
 )
 
@@ -72,6 +73,16 @@ type Input struct {
 	// of maxStaging lapses stageTimeout plus LeaseDuration after it
 	// (amendment 20).
 	UngrantedStagingSince map[string]time.Time
+	// Health: by node, the gate's verdict for nodes whose pool has spec.health and that
+	// hold a reboot slot after its drain (phases Rebooting/Verifying). Absent: not
+	// evaluated yet (not passed).
+	Health map[string]health.Verdict
+	// MetricsBlocked: by node, series the pool's metrics query returned for it (a
+	// message); such a node gets no new reboot grant.
+	MetricsBlocked map[string]string
+	// MetricsError: the pool's metrics query failed (message): no new reboot grant in
+	// the pool.
+	MetricsError string
 }
 
 // Heartbeat is what the coordinator saw of one node's reports.
@@ -236,6 +247,11 @@ type SlotChange struct {
 	// StageTimeout is what a stage grant carries for its agent
 	// (lease.AnnotationStageTimeout, amendment 19).
 	StageTimeout time.Duration
+	// Rollback and Cordon (OpGrant of a reboot slot): a rollback grant
+	// (lease.Terms.Rollback) and the cordon record it starts from
+	// (lease.Terms.Cordon: the failed update grant's, amendment 25).
+	Rollback bool
+	Cordon   lease.Cordon
 	// Why is a short CamelCase cause, for logs and events.
 	Why string
 }
@@ -326,4 +342,21 @@ const (
 	// WhyStageTimedOut: a stage grant held longer than stageTimeout plus a
 	// lease duration (amendment 19).
 	WhyStageTimedOut = fleetv1.ReasonStageTimedOut
+	// WhyHealthCheckFailed: a node did not pass its health gate within
+	// health.timeout (amendment 24); the failure written is the check's
+	// reason.
+	WhyHealthCheckFailed = fleetv1.EventHealthCheckFailed
+	// WhyRollback: a failed update grant's slot re-issued to its node as a
+	// rollback grant (amendment 25).
+	WhyRollback = "Rollback"
+	// WhyRolledBack: a rollback grant's node is back on its previous image.
+	WhyRolledBack = fleetv1.EventRolledBack
+	// WhyRolledBackByHost: an update grant's node came back on another image
+	// by itself (amendment 25).
+	WhyRolledBackByHost = fleetv1.ReasonRolledBackByHost
+	// WhyRollbackFailed: a rollback grant's node did not come back on its
+	// previous image.
+	WhyRollbackFailed = fleetv1.ReasonRollbackFailed
+	// WhyQuarantined: a grant for a quarantined target (amendment 25).
+	WhyQuarantined = "Quarantined"
 )
