@@ -26,6 +26,7 @@ func (p *planner) status() {
 	st.Held = int32(len(held))
 	quiet, refusing := p.quietAgents(holds)
 	st.Quiet = int32(len(quiet))
+	st.Quarantine = p.quarantine
 
 	set := p.conditionSetter(prev.Conditions, &st)
 	halted := p.halted()
@@ -157,6 +158,11 @@ func (p *planner) degradedCondition(set setCondition, c nodeCounts) {
 	case p.in.ResolveError != "":
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonResolveFailed,
 			fmt.Sprintf("cannot resolve spec.image %s: %s; no new grants until it resolves (check the registry, the tag, and --insecure-registry)", p.in.Pool.Spec.Image, p.in.ResolveError))
+	case p.quarantined():
+		q := p.quarantine
+		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonImageFailedHealthCheck,
+			text.Truncate(fmt.Sprintf("%s is quarantined: node %s failed on it (%s: %s); no node stages or reboots into it until spec.image names another image (see status.quarantine)",
+				q.Digest, q.Node, q.Reason, orUnknown(q.Message)), 1024))
 	case len(c.conflicts) > 0:
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodeConflict,
 			fmt.Sprintf("node(s) not managed: %s; make the pools' nodeSelectors disjoint, or rename the nodes", joinMax(c.conflicts, 5)))
@@ -192,6 +198,9 @@ func (p *planner) progressConditions(set setCondition, st *fleetv1.BootcNodePool
 	msg := fmt.Sprintf("%d of %d node(s) run %s; waiting: %s", st.Updated, st.Nodes, p.targetText(), joinMax(notUpdated, 5))
 	set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, msg)
 	switch {
+	case p.quarantined():
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonImageFailedHealthCheck,
+			fmt.Sprintf("%s is quarantined (see the Degraded condition): no new grants; set spec.image to another image", p.quarantine.Digest))
 	case p.b.Paused:
 		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonPaused, "spec.rollout.paused is true: no new grants; set it to false to continue")
 	case p.in.ResolveError != "":
@@ -203,8 +212,29 @@ func (p *planner) progressConditions(set setCondition, st *fleetv1.BootcNodePool
 		if pm := p.pacingMessage(held); pm != "" {
 			m += "; " + pm
 		}
+		if mm := p.metricsMessage(); mm != "" {
+			m += "; " + mm
+		}
 		set(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut, m)
 	}
+}
+
+// metricsMessage says what the pool's metrics query holds back, for
+// Progressing; "" if nothing.
+func (p *planner) metricsMessage() string {
+	if p.in.MetricsError != "" {
+		return text.Truncate("the metrics query failed ("+fleetv1.ReasonMetricsQueryFailed+": "+p.in.MetricsError+"): no new reboot grants", 300)
+	}
+	var blocked []string
+	for _, name := range p.members {
+		if p.in.MetricsBlocked[name] != "" {
+			blocked = append(blocked, name)
+		}
+	}
+	if len(blocked) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the metrics query returns series for %s: no reboot grant for them", joinMax(blocked, 5))
 }
 
 func (p *planner) agentsCondition(set setCondition, quiet, refusing []string) {
