@@ -271,7 +271,9 @@ func TestMetricsGateHoldsRebootGrants(t *testing.T) {
 	if bn := w.bns["node-00"]; bn.Annotations[fleetv1.AnnotationRolloutState] != fleetv1.RolloutBlocked {
 		t.Fatalf("node-00 rollout %q", bn.Annotations[fleetv1.AnnotationRolloutState])
 	}
-	out = stepWith(w, func(in *Input) { in.MetricsBlocked = map[string]string{"node-00": `ALERTS{alertname="DiskFull",node="node-00"}`} })
+	out = stepWith(w, func(in *Input) {
+		in.MetricsBlocked = map[string]string{"node-00": `ALERTS{alertname="DiskFull",node="node-00"}`}
+	})
 	if g := changes(out, OpGrant, lease.KindReboot); len(g) != 1 || g[0].Node != "node-01" {
 		t.Fatalf("grants %+v, want node-01 only", g)
 	}
