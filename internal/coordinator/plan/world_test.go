@@ -397,6 +397,9 @@ func (w *world) softReboot(name string) {
 	w.softs[name]++
 	bn := w.bns[name]
 	if bn != nil && bn.Status.Staged != nil {
+		if bn.Status.Booted != nil {
+			w.rollbacks[name] = mustPinned(bn.Status.Booted.Image)
+		}
 		bn.Status.Booted, bn.Status.Staged = bn.Status.Staged, nil
 		bn.Status.Booted.DownloadOnly = false
 	}
