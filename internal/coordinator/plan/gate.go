@@ -115,7 +115,9 @@ func validReason(r string) bool {
 		return false
 	}
 	for _, c := range r {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		default:
 			return false
 		}
 	}
