@@ -242,6 +242,35 @@ func (p *planner) afterGateFailure(h heldSlot) {
 		n.Name, g.Image, g.Failure, s.Name, img)
 }
 
+// unrolledBack names the pool's nodes whose failure halts it whatever
+// haltAfterFailures says (amendment 25): a failed rollback, or, with
+// onFailure Rollback, a failed gate that is not rolled back (its node
+// reports no rollback deployment, or is not Ready).
+func (p *planner) unrolledBack() []string {
+	var out []string
+	for _, name := range p.members {
+		switch f := p.failedSlot[name]; {
+		case f == fleetv1.ReasonRollbackFailed, healthFailure(f) && p.onFailure() == fleetv1.OnFailureRollback:
+			out = append(out, fmt.Sprintf("%s (%s)", name, f))
+		}
+	}
+	return out
+}
+
+// gatesFailing: a holder's gate fails in this pass (its timeout passed and
+// its verdict does not pass), found before the slots are settled, so no
+// Draining update grant advances into a reboot in the pass its target is
+// quarantined.
+func (p *planner) gatesFailing(slots []Slot) bool {
+	for _, s := range slots {
+		if s.Phase == PhaseVerifying && p.gated(s.Grant) && !p.gatePassed(s.Grant.Holder) &&
+			!p.in.Now.Before(p.gateStart(s).Add(p.healthTimeout())) {
+			return true
+		}
+	}
+	return false
+}
+
 // backOnOther: the holder of g is back, Ready, after a full reboot (a new
 // kubelet boot ID; a boot counter falls back only in the boot loader, and
 // a soft reboot that restarted the old root is not a verdict on the image:

@@ -7,6 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -165,9 +167,11 @@ func TestRollbackGrantTermsAndRelease(t *testing.T) {
 }
 
 // A node that reports no rollback deployment is not rolled back: its
-// grant stays failed, held, and the pool halts.
+// grant stays failed, held, and the pool halts, whatever haltAfterFailures
+// says.
 func TestNoRollbackDeploymentStaysFailedAndHalts(t *testing.T) {
 	w := gateWorld(t, 2, fleetv1.OnFailureRollback)
+	w.pool.Spec.Rollout.HaltAfterFailures = ptr.To(int32(5))
 	delete(w.rollbacks, "node-00")
 	w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseIdle)
 	failGate(t, w)
@@ -296,5 +300,32 @@ func TestBootcNodeHealthCarriesRequiredUnits(t *testing.T) {
 		if bn.Spec.Health != nil {
 			t.Fatalf("%s keeps spec.health %+v", name, bn.Spec.Health)
 		}
+	}
+}
+
+// In the pass a gate fails, no Draining update grant advances into its
+// reboot: the next pass revokes it, as its target is quarantined.
+func TestNoAdvanceInThePassAGateFails(t *testing.T) {
+	w := stagedWorld(3, 2)
+	gatedPool(w, time.Minute, 0, fleetv1.OnFailureRollback)
+	w.step()
+	w.step() // reboot grants to node-00 (slot 0) and node-01 (slot 1)
+	rebootAndReturn(t, w, "node-01")
+	w.step() // node-01 back (Verifying)
+	s, ok := w.grantOf("node-00", lease.KindReboot)
+	if !ok || s.Phase != PhaseDraining {
+		t.Fatalf("node-00: %+v", s)
+	}
+	w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
+	w.health["node-01"] = hostFailed
+	w.now = w.now.Add(2 * time.Minute)
+	out := w.step()
+	if len(changes(out, OpMarkFailed, lease.KindReboot)) != 1 || len(changes(out, OpAdvance, lease.KindReboot)) != 0 {
+		t.Fatalf("the gate failed and a grant advanced: %+v", out.Changes)
+	}
+	rv := changes(out, OpRevoke, lease.KindReboot)
+	rv = append(rv, changes(w.step(), OpRevoke, lease.KindReboot)...)
+	if len(rv) != 1 || rv[0].Node != "node-00" || rv[0].Why != WhyQuarantined || !rv[0].Uncordon {
+		t.Fatalf("node-00's grant not revoked: %+v", rv)
 	}
 }

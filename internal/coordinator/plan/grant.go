@@ -76,7 +76,9 @@ func (p *planner) stagedForReboot(st *fleetv1.BootcNodeStatus, img imageref.Pinn
 	return st != nil && onDigest(st.Staged, img.Digest) && (!p.in.Pool.Spec.RequireSignedImages || st.Staged.Verified())
 }
 
-func (p *planner) halted() bool { return p.failures() >= p.b.HaltAfterFailures }
+func (p *planner) halted() bool {
+	return p.failures() >= p.b.HaltAfterFailures || len(p.unrolledBack()) > 0
+}
 
 // grant hands free slots to eligible nodes, in name order.
 func (p *planner) grant(slots []Slot) {

@@ -85,7 +85,11 @@ func (p *planner) trackBack(s Slot, n Node, back bool) {
 	switch {
 	case back && s.BackSince.IsZero():
 		p.change(s, SlotChange{Op: OpMarkBack, BackSince: p.in.Now, Why: WhyBackOnImage})
-		p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeBack, "node %s is back on %s; releasing reboot slot %s once it has stayed Ready for %s (minReadySeconds)", n.Name, s.Grant.Image, s.Name, p.minReady())
+		gate := ""
+		if p.gated(s.Grant) {
+			gate = fmt.Sprintf(" and passed its health gate (within %s)", p.healthTimeout())
+		}
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeBack, "node %s is back on %s; releasing reboot slot %s once it has stayed Ready for %s (minReadySeconds)%s", n.Name, s.Grant.Image, s.Name, p.minReady(), gate)
 		p.requeueAt(p.in.Now.Add(p.minReady()))
 	case back:
 		p.requeueAt(s.BackSince.Add(p.minReady()))

@@ -118,6 +118,8 @@ type planner struct {
 	// quarantine is the pool's quarantined target while spec.image is the
 	// one it failed under (gate.go); nil: none.
 	quarantine *fleetv1.Quarantine
+	// gateFailing: a gate fails in this pass (gatesFailing).
+	gateFailing bool
 }
 
 type freshStatus struct {
@@ -175,6 +177,7 @@ func Plan(in Input) Output {
 	}
 
 	p.ensureSlots(slots)
+	p.gateFailing = p.gatesFailing(slots)
 	for i := range slots {
 		p.held(slots[i])
 	}

@@ -299,6 +299,9 @@ func (p *planner) drain(h heldSlot) {
 	switch {
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon, DrainTimeout: p.b.DrainTimeout})
+	case hasDrain && d.State == DrainDone && p.gateFailing && !g.Rollback:
+		// A gate fails in this pass: its target may be quarantined, so
+		// no update grant advances into a reboot now.
 	case hasDrain && d.State == DrainDone:
 		// The advance keeps the grant's record of whose cordon it is.
 		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: cordonIsOurs(s, n)})

@@ -143,6 +143,11 @@ func (p *planner) conditionSetter(prev []metav1.Condition, st *fleetv1.BootcNode
 }
 
 func (p *planner) haltedCondition(set setCondition, halted bool, failed []string) {
+	if u := p.unrolledBack(); halted && len(u) > 0 {
+		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
+			fmt.Sprintf("node(s) failed their health gate and were not rolled back: %s; no new reboot grants whatever haltAfterFailures says. A RollbackFailed node is never rebooted again automatically: repair it by hand, uncordon it and delete its Lease; a node without a rollback deployment likewise", joinMax(u, 5)))
+		return
+	}
 	if halted {
 		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
 			fmt.Sprintf("%d node(s) failed on the target image (%s), haltAfterFailures is %d: no new reboot grants. Repair those nodes (each slot is released once its node is back on the image; a node whose signature policy rejected the image recovers with a new image or a policy that accepts it), delete Nodes that are gone, or raise haltAfterFailures",
