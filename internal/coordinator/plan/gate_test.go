@@ -79,11 +79,17 @@ func TestGateFailsAtTimeoutWithTheFirstFailingCheck(t *testing.T) {
 			if out.RequeueAfter <= 0 || out.RequeueAfter > gateRecheck {
 				t.Fatalf("requeue %s, want within %s", out.RequeueAfter, gateRecheck)
 			}
+			if a := w.bns["node-00"].Annotations; a[fleetv1.AnnotationRolloutState] != string(PhaseVerifying) || !strings.Contains(a[fleetv1.AnnotationRolloutReason], "waiting for its health gate") {
+				t.Fatalf("node-00 rollout %q: %q", a[fleetv1.AnnotationRolloutState], a[fleetv1.AnnotationRolloutReason])
+			}
 			w.now = w.now.Add(2 * time.Second)
 			out = w.step()
 			mf := changes(out, OpMarkFailed, lease.KindReboot)
 			if len(mf) != 1 || mf[0].Failure != c.reason || mf[0].Why != WhyHealthCheckFailed {
 				t.Fatalf("at the timeout: %+v, want failed %s", out.Changes, c.reason)
+			}
+			if a := w.bns["node-00"].Annotations; a[fleetv1.AnnotationRolloutState] != string(PhaseFailed) || !strings.Contains(a[fleetv1.AnnotationRolloutReason], "failed its health gate") {
+				t.Fatalf("node-00 rollout %q: %q", a[fleetv1.AnnotationRolloutState], a[fleetv1.AnnotationRolloutReason])
 			}
 			if !hasEvent(out, fleetv1.EventHealthCheckFailed, "node node-00") || !hasEvent(out, fleetv1.EventHealthCheckFailed, c.check) {
 				t.Fatalf("no HealthCheckFailed Event naming node-00 and %q: %+v", c.check, out.Events)
@@ -145,6 +151,14 @@ func TestRollbackGrantTermsAndRelease(t *testing.T) {
 	}
 	if !hasEvent(out, fleetv1.EventRollbackGranted, "node-00") || out.Status.Failures != 0 {
 		t.Fatalf("events %+v, failures %d", out.Events, out.Status.Failures)
+	}
+	// explain tells the story: the node rolls back, the others wait on the
+	// quarantine.
+	if a := w.bns["node-00"].Annotations; a[fleetv1.AnnotationRolloutState] != string(PhaseDraining) || !strings.Contains(a[fleetv1.AnnotationRolloutReason], "rollback grant") {
+		t.Fatalf("node-00 rollout %q: %q", a[fleetv1.AnnotationRolloutState], a[fleetv1.AnnotationRolloutReason])
+	}
+	if a := w.bns["node-01"].Annotations; a[fleetv1.AnnotationRolloutState] != fleetv1.RolloutBlocked || !strings.Contains(a[fleetv1.AnnotationRolloutReason], "quarantined: node node-00 failed on it (HostUnitFailed)") {
+		t.Fatalf("node-01 rollout %q: %q", a[fleetv1.AnnotationRolloutState], a[fleetv1.AnnotationRolloutReason])
 	}
 	for i := 0; i < 4; i++ {
 		w.idealWorld()
