@@ -25,10 +25,11 @@ const DefaultHealthTimeout = 10 * time.Minute
 const gateRecheck = 15 * time.Second
 
 // gated: grant g's node passes the pool's health gate before its slot is
-// released. A rollback grant's never does: the image it goes back to is
-// the one the node ran before.
+// released: the pool names at least one check. A rollback grant's never
+// does: the image it goes back to is the one the node ran before.
 func (p *planner) gated(g lease.Grant) bool {
-	return p.in.Pool.Spec.Health != nil && !g.Rollback
+	h := p.in.Pool.Spec.Health
+	return h != nil && (h.Host != nil || h.Workloads != nil || h.Metrics != nil) && !g.Rollback
 }
 
 func (p *planner) healthTimeout() time.Duration {

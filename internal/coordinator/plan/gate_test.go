@@ -343,3 +343,16 @@ func TestNoAdvanceInThePassAGateFails(t *testing.T) {
 		t.Fatalf("node-00's grant not revoked: %+v", rv)
 	}
 }
+
+// A spec.health that names no check gates nothing: the node is released
+// once back, as without one.
+func TestHealthWithoutChecksGatesNothing(t *testing.T) {
+	w := stagedWorld(2, 1)
+	w.pool.Spec.Health = &fleetv1.HealthSpec{Timeout: &metav1.Duration{Duration: time.Minute}}
+	w.step()
+	rebootAndReturn(t, w, "node-00")
+	out := w.step()
+	if r := changes(out, OpRelease, lease.KindReboot); len(r) != 1 || r[0].Why != WhyVerified {
+		t.Fatalf("not released: %+v", out.Changes)
+	}
+}
