@@ -142,13 +142,19 @@ func TestPlanProperties(t *testing.T) {
 				// The gate's verdict for a node: passes, fails, or not
 				// evaluated (absent).
 				if name := pick("verdictNode"); name != "" {
-					switch rapid.IntRange(0, 2).Draw(rt, "verdict") {
+					switch rapid.IntRange(0, 3).Draw(rt, "verdict") {
 					case 0:
 						w.health[name] = hostPass
 					case 1:
 						w.health[name] = hostFailed
-					default:
+					case 2:
 						delete(w.health, name)
+					default:
+						// The boot loader falls back (boot counting, or a
+						// person's bootc rollback and reboot): a new boot
+						// on the rollback deployment, the agent not
+						// reported yet.
+						w.rollBack(name)
 					}
 				}
 			}
@@ -158,12 +164,9 @@ func TestPlanProperties(t *testing.T) {
 		w.pool.Spec.Rollout.HaltAfterFailures = ptr.To(int32(1000))
 		// Every gate passes now; a quarantined target is named again by a
 		// new spec.image (the quarantine holds only for the string it
-		// failed under).
+		// failed under), below.
 		for _, name := range sortedKeys(w.nodes) {
 			w.health[name] = hostPass
-		}
-		if w.pool.Status.Quarantine != nil {
-			w.pool.Spec.Image = "quay.io/example/os:healed"
 		}
 		for _, name := range sortedKeys(w.nodes) {
 			w.nodes[name].Ready, w.nodes[name].InPool = true, true
@@ -175,6 +178,11 @@ func TestPlanProperties(t *testing.T) {
 		for i := 0; i < 200; i++ {
 			for _, name := range sortedKeys(w.nodes) {
 				w.health[name] = hostPass // late nodes too
+			}
+			// A quarantine (also one a node that fell back before the
+			// healing causes now) is lifted by naming the image again.
+			if q := w.pool.Status.Quarantine; q != nil && q.SpecImage == w.pool.Spec.Image {
+				w.pool.Spec.Image = fmt.Sprintf("quay.io/example/os:healed-%d", i)
 			}
 			// A person clears the slots marked failed: uncordons the node and
 			// deletes the Lease (docs/coordinator.md).
