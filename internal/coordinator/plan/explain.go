@@ -37,6 +37,10 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 		return fleetv1.RolloutBlocked, "the pool's image has not resolved to a digest yet"
 	case st != nil && hasTarget && onDigest(st.Booted, tgt.Digest):
 		return fleetv1.RolloutUpdated, "runs " + shortImage(tgt.String())
+	case p.quarantined():
+		q := p.quarantine
+		return fleetv1.RolloutBlocked, text.Truncate(fmt.Sprintf("the pool's target %s is quarantined: node %s failed on it (%s); nothing is staged or rebooted into it until spec.image names another image",
+			shortImage(q.Digest), q.Node, q.Reason), fleetv1.MaxRolloutReason)
 	case p.in.ResolveError != "":
 		return fleetv1.RolloutBlocked, text.Truncate("no new grants while spec.image does not resolve: "+p.in.ResolveError, fleetv1.MaxRolloutReason)
 	case p.signatureRejected(name):
@@ -63,10 +67,16 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 func (p *planner) explainSlot(name string, s *Slot) (state, reason string) {
 	g := s.Grant
 	img := shortImage(g.Image.String())
+	if g.Rollback {
+		return p.explainRollback(s)
+	}
 	switch s.Phase {
 	case PhaseStaging:
 		return string(PhaseStaging), fmt.Sprintf("downloading and staging %s under stage slot %s", img, s.Name)
 	case PhaseFailed:
+		if healthFailure(g.Failure) {
+			return string(PhaseFailed), p.explainGateFailure(s)
+		}
 		return string(PhaseFailed), fmt.Sprintf("did not come back Ready on %s in a new boot within rebootTimeout (%s); reboot slot %s stays held until it does, or the Node is deleted",
 			img, p.b.RebootTimeout, s.Name)
 	case PhaseDraining:
@@ -77,6 +87,9 @@ func (p *planner) explainSlot(name string, s *Slot) (state, reason string) {
 		}
 		return string(PhaseDraining), fmt.Sprintf("cordoned and draining for reboot slot %s", s.Name)
 	case PhaseVerifying:
+		if p.gated(g) {
+			return string(PhaseVerifying), p.explainGate(s)
+		}
 		if !s.BackSince.IsZero() {
 			return string(PhaseVerifying), fmt.Sprintf("back on %s; the slot is released once it has stayed Ready for %s (minReadySeconds)", img, p.minReady())
 		}
@@ -86,9 +99,48 @@ func (p *planner) explainSlot(name string, s *Slot) (state, reason string) {
 	}
 }
 
+// explainRollback: a node under a rollback grant (amendment 25).
+func (p *planner) explainRollback(s *Slot) (state, reason string) {
+	img := shortImage(s.Grant.Image.String())
+	switch s.Phase {
+	case PhaseDraining:
+		return string(PhaseDraining), fmt.Sprintf("failed its health gate; cordoned and draining for rollback grant %s, to roll back to %s", s.Name, img)
+	case PhaseVerifying:
+		return string(PhaseVerifying), fmt.Sprintf("rolled back to %s; rollback grant %s is released once it has stayed Ready for %s (minReadySeconds)", img, s.Name, p.minReady())
+	case PhaseFailed:
+		return string(PhaseFailed), fmt.Sprintf("%s: did not come back on %s after its rollback; reboot slot %s stays held and the pool halts: repair the node by hand", orUnknown(s.Grant.Failure), img, s.Name)
+	default:
+		return string(PhaseRebooting), fmt.Sprintf("failed its health gate; rolling back to %s under rollback grant %s", img, s.Name)
+	}
+}
+
+// explainGate: a node back on its image, waiting on its health gate.
+func (p *planner) explainGate(s *Slot) string {
+	img := shortImage(s.Grant.Image.String())
+	if p.gatePassed(s.Grant.Holder) {
+		return fmt.Sprintf("back on %s, health gate passed; the slot is released once it has stayed Ready for %s (minReadySeconds)", img, p.minReady())
+	}
+	r := p.gateFailure(s.Grant.Holder)
+	return text.Truncate(fmt.Sprintf("back on %s; waiting for its health gate (at most %s): check %s: %s: %s", img, p.healthTimeout(), r.Check, r.Reason, orUnknown(r.Message)), fleetv1.MaxRolloutReason)
+}
+
+// explainGateFailure: a node whose grant failed its health gate.
+func (p *planner) explainGateFailure(s *Slot) string {
+	img := shortImage(s.Grant.Image.String())
+	next := "onFailure is Halt: reboot slot " + s.Name + " stays held"
+	if p.onFailure() == fleetv1.OnFailureRollback {
+		next = "it is rolled back under a rollback grant once its agent reports a rollback deployment (none reported: the slot stays held and the pool halts)"
+	}
+	return fmt.Sprintf("failed its health gate on %s (%s); %s", img, s.Grant.Failure, next)
+}
+
 func (p *planner) waitingForReboot(n Node) (string, string) {
 	const s = fleetv1.RolloutWaitingForRebootSlot
 	switch {
+	case p.in.MetricsError != "":
+		return fleetv1.RolloutBlocked, text.Truncate("staged; the pool's metrics query failed ("+p.in.MetricsError+"): no new reboot grants", fleetv1.MaxRolloutReason)
+	case p.in.MetricsBlocked[n.Name] != "":
+		return fleetv1.RolloutBlocked, text.Truncate("staged; the metrics query returns series for it: "+p.in.MetricsBlocked[n.Name], fleetv1.MaxRolloutReason)
 	case p.b.Paused:
 		return fleetv1.RolloutBlocked, "staged; the rollout is paused (spec.rollout.paused)"
 	case p.halted():

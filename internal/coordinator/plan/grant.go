@@ -76,11 +76,13 @@ func (p *planner) stagedForReboot(st *fleetv1.BootcNodeStatus, img imageref.Pinn
 	return st != nil && onDigest(st.Staged, img.Digest) && (!p.in.Pool.Spec.RequireSignedImages || st.Staged.Verified())
 }
 
-func (p *planner) halted() bool { return p.failures() >= p.b.HaltAfterFailures }
+func (p *planner) halted() bool {
+	return p.failures() >= p.b.HaltAfterFailures || len(p.unrolledBack()) > 0
+}
 
 // grant hands free slots to eligible nodes, in name order.
 func (p *planner) grant(slots []Slot) {
-	if p.target.Digest == "" || p.in.ResolveError != "" || p.b.Paused {
+	if p.target.Digest == "" || p.in.ResolveError != "" || p.b.Paused || p.quarantined() {
 		return
 	}
 	// Free as the slots will be once this pass's changes are made: a slot
@@ -131,7 +133,7 @@ func (p *planner) grantReboots(free map[lease.Kind][]Slot, holds map[string][]*S
 		if !ok || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
 			continue
 		}
-		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) {
+		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.in.MetricsBlocked[name] != "" {
 			continue
 		}
 		if p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly {
@@ -140,7 +142,10 @@ func (p *planner) grantReboots(free map[lease.Kind][]Slot, holds map[string][]*S
 	}
 	rebootable = RebootOrder(rebootable, func(name string) bool { return other[name] })
 	granted := map[string]bool{}
-	if p.halted() || !p.rebootGrantsAllowed(heldReboot) {
+	if (len(rebootable) > 0 && p.in.MetricsError != "") || len(p.in.MetricsBlocked) > 0 {
+		p.requeueAt(p.in.Now.Add(gateRecheck)) // a query's result changes with no object to watch
+	}
+	if p.halted() || p.in.MetricsError != "" || !p.rebootGrantsAllowed(heldReboot) {
 		return granted
 	}
 	for _, name := range rebootable {

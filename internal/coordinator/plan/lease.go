@@ -51,7 +51,7 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 	switch c.Op {
 	case OpGrant:
 		lease.Issue(l, lease.Terms{Kind: c.Kind, Holder: c.Node, Image: c.Image, BootID: c.BootID,
-			SoftRebootCount: c.SoftRebootCount, StageTimeout: c.StageTimeout}, now, leaseDuration)
+			SoftRebootCount: c.SoftRebootCount, StageTimeout: c.StageTimeout, Rollback: c.Rollback, Cordon: c.Cordon}, now, leaseDuration)
 	case OpAdvance:
 		lease.Advance(l, c.CordonedByUs, now)
 	case OpMarkFailed:
@@ -59,7 +59,7 @@ func ApplyToLease(l *coordinationv1.Lease, c SlotChange, now time.Time, leaseDur
 	case OpMarkBack:
 		lease.MarkBack(l, c.BackSince)
 	case OpRelease, OpRevoke:
-		if c.Op == OpRelease && c.Kind == lease.KindReboot && c.Why == WhyVerified {
+		if c.Op == OpRelease && c.Kind == lease.KindReboot && (c.Why == WhyVerified || c.Why == WhyRolledBack || c.Why == WhyRolledBackByHost) {
 			lease.Release(l, now) // its time starts pauseBetweenBatches
 		} else {
 			lease.Clear(l)

@@ -79,13 +79,17 @@ func (p *planner) minReady() time.Duration {
 // is not back any more, so a node that comes up and falls over starts the
 // clock again and keeps its slot.
 func (p *planner) trackBack(s Slot, n Node, back bool) {
-	if p.minReady() <= 0 {
+	if p.minReady() <= 0 && !p.gated(s.Grant) {
 		return
 	}
 	switch {
 	case back && s.BackSince.IsZero():
 		p.change(s, SlotChange{Op: OpMarkBack, BackSince: p.in.Now, Why: WhyBackOnImage})
-		p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeBack, "node %s is back on %s; releasing reboot slot %s once it has stayed Ready for %s (minReadySeconds)", n.Name, s.Grant.Image, s.Name, p.minReady())
+		gate := ""
+		if p.gated(s.Grant) {
+			gate = fmt.Sprintf(" and passed its health gate (within %s)", p.healthTimeout())
+		}
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeBack, "node %s is back on %s; releasing reboot slot %s once it has stayed Ready for %s (minReadySeconds)%s", n.Name, s.Grant.Image, s.Name, p.minReady(), gate)
 		p.requeueAt(p.in.Now.Add(p.minReady()))
 	case back:
 		p.requeueAt(s.BackSince.Add(p.minReady()))

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -114,6 +115,11 @@ type planner struct {
 	// failureCount is failures() once the held slots are settled.
 	failureCount  int
 	failuresKnown bool
+	// quarantine is the pool's quarantined target while spec.image is the
+	// one it failed under (gate.go); nil: none.
+	quarantine *fleetv1.Quarantine
+	// gateFailing: a gate fails in this pass (gatesFailing).
+	gateFailing bool
 }
 
 type freshStatus struct {
@@ -156,6 +162,7 @@ func Plan(in Input) Output {
 	p.b = ResolveBudget(in.Pool.Spec.Rollout, len(p.members))
 	p.nodeTargets()
 	p.win = evalWindows(in.Pool.Spec.Rollout.Windows, in.Now)
+	p.startQuarantine()
 
 	slots := WithPhases(in.Slots)
 	sort.Slice(slots, func(i, j int) bool {
@@ -170,6 +177,7 @@ func Plan(in Input) Output {
 	}
 
 	p.ensureSlots(slots)
+	p.gateFailing = p.gatesFailing(slots)
 	for i := range slots {
 		p.held(slots[i])
 	}
@@ -296,7 +304,7 @@ func (p *planner) change(s Slot, c SlotChange) {
 	switch c.Op {
 	case OpRelease, OpRevoke, OpReset:
 		*a = Slot{Name: s.Name, Kind: s.Kind, Index: s.Index, State: SlotFree, ReleasedAt: s.ReleasedAt}
-		if c.Op == OpRelease && c.Why == WhyVerified {
+		if c.Op == OpRelease && (c.Why == WhyVerified || c.Why == WhyRolledBack || c.Why == WhyRolledBackByHost) {
 			a.ReleasedAt = p.in.Now
 		}
 		if c.Uncordon {
@@ -368,13 +376,18 @@ func (p *planner) membership() {
 		if tgt, ok := p.targetOf(name); ok {
 			desired = tgt.String()
 		}
-		// A reboot already under way finishes on the image it was granted for.
+		if p.quarantined() {
+			desired = "" // nothing to stage while the target is quarantined
+		}
+		// A reboot already under way finishes on the image it was granted
+		// for; a rollback grant's node goes back to its previous image.
 		for _, s := range holds[name] {
-			if s.Phase.afterDrain() {
+			if s.Phase.afterDrain() || (s.Phase.Grant() && s.Grant.Rollback) {
 				desired = s.Grant.Image.String()
 			}
 		}
-		spec := fleetv1.BootcNodeSpec{Pool: p.pool, DesiredImage: desired, RebootPolicy: p.rebootPolicy(), RequireSignedImages: p.in.Pool.Spec.RequireSignedImages}
+		spec := fleetv1.BootcNodeSpec{Pool: p.pool, DesiredImage: desired, RebootPolicy: p.rebootPolicy(), RequireSignedImages: p.in.Pool.Spec.RequireSignedImages,
+			Health: p.nodeHealth(desired)}
 		bn := p.bns[name]
 		if bn != nil && bn.Spec.Pool != p.pool {
 			continue // still another pool's; that pool removes it once the node left it
@@ -384,7 +397,7 @@ func (p *planner) membership() {
 		switch {
 		case bn == nil:
 			p.out.CreateBootcNodes = append(p.out.CreateBootcNodes, c)
-		case bn.Spec != spec || bn.Annotations[fleetv1.AnnotationNoPlatformImage] != c.NoPlatformImage ||
+		case !equality.Semantic.DeepEqual(bn.Spec, spec) || bn.Annotations[fleetv1.AnnotationNoPlatformImage] != c.NoPlatformImage ||
 			bn.Annotations[fleetv1.AnnotationRolloutState] != c.RolloutState || bn.Annotations[fleetv1.AnnotationRolloutReason] != c.RolloutReason:
 			p.out.UpdateBootcNodes = append(p.out.UpdateBootcNodes, c)
 		}

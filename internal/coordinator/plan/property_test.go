@@ -34,6 +34,10 @@ func TestPlanProperties(t *testing.T) {
 		w := newWorld(n, rapid.IntRange(1, 4).Draw(rt, "maxUnavailable"), rapid.IntRange(1, 4).Draw(rt, "maxStaging"))
 		w.soft = rapid.Bool().Draw(rt, "softReboots")
 		w.pool.Spec.Rollout.HaltAfterFailures = ptr.To(int32(rapid.IntRange(1, 3).Draw(rt, "haltAfterFailures")))
+		gated := rapid.Bool().Draw(rt, "healthGate")
+		if gated {
+			gatedPool(w, time.Minute, 0, rapid.SampledFrom([]fleetv1.FailurePolicy{fleetv1.OnFailureRollback, fleetv1.OnFailureHalt}).Draw(rt, "onFailure"))
+		}
 		arches := []string{"amd64", "arm64"}
 		for _, name := range sortedKeys(w.nodes) {
 			w.nodes[name].OS, w.nodes[name].Arch = "linux", rapid.SampledFrom(arches).Draw(rt, "arch")
@@ -53,7 +57,7 @@ func TestPlanProperties(t *testing.T) {
 
 		steps := rapid.IntRange(10, 120).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
-			switch ev := rapid.IntRange(0, 15).Draw(rt, "event"); ev {
+			switch ev := rapid.IntRange(0, 16).Draw(rt, "event"); ev {
 			case 0, 1, 2, 3, 4:
 				checkedStep(rt, w)
 			case 5, 6:
@@ -134,11 +138,36 @@ func TestPlanProperties(t *testing.T) {
 					checkedStep(rt, w)
 					idealAll(w)
 				}
+			case 16:
+				// The gate's verdict for a node: passes, fails, or not
+				// evaluated (absent).
+				if name := pick("verdictNode"); name != "" {
+					switch rapid.IntRange(0, 3).Draw(rt, "verdict") {
+					case 0:
+						w.health[name] = hostPass
+					case 1:
+						w.health[name] = hostFailed
+					case 2:
+						delete(w.health, name)
+					default:
+						// The boot loader falls back (boot counting, or a
+						// person's bootc rollback and reboot): a new boot
+						// on the rollback deployment, the agent not
+						// reported yet.
+						w.rollBack(name)
+					}
+				}
 			}
 		}
 		// With every fault healed, the pool converges.
 		w.resolveErr, w.pool.Spec.Rollout.Paused = "", false
 		w.pool.Spec.Rollout.HaltAfterFailures = ptr.To(int32(1000))
+		// Every gate passes now; a quarantined target is named again by a
+		// new spec.image (the quarantine holds only for the string it
+		// failed under), below.
+		for _, name := range sortedKeys(w.nodes) {
+			w.health[name] = hostPass
+		}
 		for _, name := range sortedKeys(w.nodes) {
 			w.nodes[name].Ready, w.nodes[name].InPool = true, true
 			// Whoever else cordoned nodes is done with them.
@@ -147,6 +176,14 @@ func TestPlanProperties(t *testing.T) {
 			}
 		}
 		for i := 0; i < 200; i++ {
+			for _, name := range sortedKeys(w.nodes) {
+				w.health[name] = hostPass // late nodes too
+			}
+			// A quarantine (also one a node that fell back before the
+			// healing causes now) is lifted by naming the image again.
+			if q := w.pool.Status.Quarantine; q != nil && q.SpecImage == w.pool.Spec.Image {
+				w.pool.Spec.Image = fmt.Sprintf("quay.io/example/os:healed-%d", i)
+			}
 			// A person clears the slots marked failed: uncordons the node and
 			// deletes the Lease (docs/coordinator.md).
 			for name, l := range w.leases {
@@ -251,7 +288,14 @@ func agentActs(w *world, name string) {
 		w.agentReports(name, bootedOf(bn), stagedOf(bn), fleetv1.PhaseWaiting)
 		return
 	}
-	if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Phase == lease.PhaseReboot && s.Grant.Failure == "" &&
+	if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Rollback && s.Grant.Phase == lease.PhaseReboot && s.Grant.Failure == "" &&
+		w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired && w.rollbacks[name] == desired {
+		w.rollBack(name)
+		w.agentReports(name, bootedOf(w.bns[name]), imageref.Pinned{}, fleetv1.PhaseIdle)
+		n.Ready = true
+		return
+	}
+	if s, ok := w.grantOf(name, lease.KindReboot); ok && !s.Grant.Rollback && s.Grant.Phase == lease.PhaseReboot && s.Grant.Failure == "" &&
 		w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired && stagedOf(bn) == desired {
 		w.rebootsUnderGrant(name)
 		w.agentReports(name, bootedOf(w.bns[name]), imageref.Pinned{}, fleetv1.PhaseIdle)
@@ -301,6 +345,15 @@ func checkedStep(rt *rapid.T, w *world) {
 				int64(c.SoftRebootCount) != bn.Status.SoftRebootCount {
 				rt.Fatalf("grant %+v to node %+v with agent status %+v", c, n, bn)
 			}
+			if c.Rollback {
+				checkRollbackGrant(rt, w, in, before[c.Slot], c)
+				granted[c.Slot] = true
+				continue
+			}
+			// A quarantined target is never granted.
+			if q := out.Status.Quarantine; q != nil {
+				rt.Fatalf("grant %+v while %s is quarantined", c, q.Digest)
+			}
 			if (before[c.Slot].State != SlotFree && !freed[c.Slot]) || granted[c.Slot] {
 				rt.Fatalf("grant of slot %s that was not free: %+v (freed in this pass %v, granted already %v)", c.Slot, before[c.Slot], freed[c.Slot], granted[c.Slot])
 			}
@@ -323,7 +376,11 @@ func checkedStep(rt *rapid.T, w *world) {
 				in.Heartbeats[c.Node].Seen.After(s.Grant.Renewed)
 			verified := onImage && (n.BootID != s.Grant.BootID || softBack)
 			gone := !exists || !n.InPool
-			if !verified && !gone {
+			// Rolled back by the host: a new boot, on the image bootc now
+			// lists as its rollback deployment's other half.
+			byHost := c.Why == WhyRolledBackByHost && exists && n.Ready && bn != nil && bn.Status.BootID == n.BootID && n.BootID != s.Grant.BootID &&
+				bn.Status.Rollback != nil && bn.Status.Rollback.Digest == s.Grant.Image.Digest && !s.Grant.Rollback
+			if !verified && !gone && !byHost {
 				rt.Fatalf("reboot slot %s released unverified (%s): node %+v status %+v grant %+v", c.Slot, c.Why, n, bn, s.Grant)
 			}
 		case OpAdvance:
@@ -346,7 +403,27 @@ func checkedStep(rt *rapid.T, w *world) {
 		}
 	}
 	b := ResolveBudget(w.pool.Spec.Rollout, members)
-	if len(changes(out, OpGrant, lease.KindReboot)) > 0 {
+	newReboots := 0
+	for _, c := range changes(out, OpGrant, lease.KindReboot) {
+		if !c.Rollback { // a rollback grant takes its node's own failed slot: no new disruption
+			newReboots++
+		}
+	}
+	rebootSlots := 0
+	for _, l := range w.leases {
+		if s, ok := ParseSlot(poolName, l); ok && s.Kind == lease.KindReboot {
+			rebootSlots++
+		}
+	}
+	if held := w.held(lease.KindReboot); held > rebootSlots {
+		rt.Fatalf("%d reboot grants held, more than the %d reboot slots", held, rebootSlots)
+	}
+	for _, c := range changes(out, OpGrant, lease.KindReboot) {
+		if s := before[c.Slot]; !c.Rollback && s.Index >= b.MaxUnavailable {
+			rt.Fatalf("reboot grant %+v in slot %s beyond maxUnavailable %d", c, c.Slot, b.MaxUnavailable)
+		}
+	}
+	if newReboots > 0 {
 		if held, other := w.held(lease.KindReboot), w.otherwiseUnavailable(); held+other > b.MaxUnavailable {
 			rt.Fatalf("after reboot grants: %d reboot slots held + %d otherwise unavailable > maxUnavailable %d\nnodes %s\nplan %s", held, other, b.MaxUnavailable, describeNodes(w), describe(out))
 		}
@@ -364,6 +441,26 @@ func checkedStep(rt *rapid.T, w *world) {
 				rt.Fatalf("node %s holds more than one slot", s.Grant.Holder)
 			}
 		}
+	}
+}
+
+// checkRollbackGrant: a rollback grant re-issues, in the same slot, the
+// update grant its node failed its gate under (with onFailure Rollback),
+// for the node's current boot and its rollback deployment as its agent
+// reports it there, keeping the failed grant's cordon record.
+func checkRollbackGrant(rt *rapid.T, w *world, in Input, was Slot, c SlotChange) {
+	n, bn := w.nodes[c.Node], w.bns[c.Node]
+	switch {
+	case was.State != SlotHeld || was.Kind != lease.KindReboot || was.Grant.Holder != c.Node || was.Grant.Rollback:
+		rt.Fatalf("rollback grant %+v of a slot that was not the node's update grant: %+v", c, was)
+	case !healthFailure(was.Grant.Failure) || was.Grant.Phase != lease.PhaseReboot:
+		rt.Fatalf("rollback grant %+v for a node whose gate did not fail: %+v", c, was.Grant)
+	case in.Pool.Spec.Health == nil || in.Pool.Spec.Rollout.OnFailure == fleetv1.OnFailureHalt:
+		rt.Fatalf("rollback grant %+v with spec.health %+v, onFailure %q", c, in.Pool.Spec.Health, in.Pool.Spec.Rollout.OnFailure)
+	case bn == nil || bn.Status.BootID != n.BootID || c.BootID != n.BootID || bn.Status.Rollback == nil || bn.Status.Rollback.Digest != c.Image.Digest:
+		rt.Fatalf("rollback grant %+v not for the node's boot and rollback deployment: node %+v status %+v", c, n, bn)
+	case c.Cordon != was.Grant.Cordon:
+		rt.Fatalf("rollback grant %+v does not keep the cordon record %q", c, was.Grant.Cordon)
 	}
 }
 

@@ -130,7 +130,15 @@ func (p *planner) onRebooting(h heldSlot) {
 // longer judges it (amendment 21); only a back-since record without the
 // came-back one (a grant from before that annotation) keeps the timer.
 func (p *planner) onVerifying(h heldSlot) {
-	if p.endReboot(h) || h.CameBack {
+	if p.endReboot(h) {
+		return
+	}
+	// A gated holder that came back and fell over keeps its gate's clock.
+	if p.gated(h.Grant) && (h.CameBack || !h.BackSince.IsZero()) {
+		p.gateTimer(h)
+		return
+	}
+	if h.CameBack {
 		return
 	}
 	p.rebootTimer(h)
@@ -139,8 +147,18 @@ func (p *planner) onVerifying(h heldSlot) {
 // onFailed: the holder did not come back within rebootTimeout. The slot stays
 // held (the node really is unavailable) until it is back, verified, or the
 // grant is revoked; no timer runs any more.
+//
+// A grant failed by its health gate is re-issued as a rollback grant with
+// onFailure Rollback (afterGateFailure); a failed rollback grant stays held:
+// nothing reboots its node again (amendment 25).
 func (p *planner) onFailed(h heldSlot) {
-	p.endReboot(h)
+	switch {
+	case h.Grant.Rollback:
+	case healthFailure(h.Grant.Failure):
+		p.afterGateFailure(h)
+	default:
+		p.endReboot(h)
+	}
 }
 
 // rebootTimer marks the grant failed once rebootTimeout passed since phase
@@ -150,6 +168,10 @@ func (p *planner) rebootTimer(h heldSlot) {
 	deadline := rebootSince(h.Slot).Add(p.b.RebootTimeout)
 	if p.in.Now.Before(deadline) {
 		p.requeueAt(deadline)
+		return
+	}
+	if g.Rollback {
+		p.rollbackFailed(h, fmt.Sprintf("not back Ready on it in a new boot within rebootTimeout (%s): %s", p.b.RebootTimeout, p.whyNotBack(n, h.st, g)))
 		return
 	}
 	p.change(h.Slot, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRebootTimeout, Why: WhyRebootTimeout})
@@ -167,10 +189,22 @@ func (p *planner) endReboot(h heldSlot) (done bool) {
 	back, soft := p.verifiedBack(n, st, g)
 	p.trackBack(s, n, back)
 	switch {
+	case back && p.gated(g) && !p.gatePassed(n.Name):
+		// Back, its gate not passed yet (amendment 24); a grant failed
+		// already (rebootTimeout) waits for it without a timer.
+		if g.Failure == "" {
+			p.gateTimer(h)
+		}
 	case back && !p.readyLongEnough(s):
 		// Back, but not for minReadySeconds yet (pacing.go).
 	case back:
 		p.releaseVerified(h, soft)
+	case s.Phase == PhaseRebooting && backOnOther(n, st, g) && !unusedInEarlierBoot(n, st, g):
+		if g.Rollback {
+			p.rollbackFailed(h, "it came back on "+st.Booted.Digest)
+		} else {
+			p.rolledBackByHost(h)
+		}
 	case unusedInEarlierBoot(n, st, g):
 		// The node went down some other way (power loss, a person)
 		// before its agent used the grant, and is back: no reboot into
@@ -204,6 +238,12 @@ func (p *planner) releaseVerified(h heldSlot, soft bool) {
 	if soft {
 		how = fmt.Sprintf("after a soft reboot (boot ID unchanged, soft-reboot count %d, granted at %d)", softCount(h.st), g.SoftRebootCount)
 	}
+	if g.Rollback {
+		p.change(s, SlotChange{Op: OpRelease, Why: WhyRolledBack, Uncordon: h.uncordon})
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventRolledBack, "node %s is Ready, rolled back to %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(h.uncordon))
+		delete(p.failedSlot, g.Holder)
+		return
+	}
 	p.change(s, SlotChange{Op: OpRelease, Why: WhyVerified, Uncordon: h.uncordon})
 	p.nodeEvent(n.Name, "Normal", fleetv1.EventNodeUpdated, "node %s is Ready, booted on %s %s; released reboot slot %s%s", n.Name, g.Image, how, s.Name, restored(h.uncordon))
 	if !h.uncordon && n.Unschedulable && n.CordonedFor == lease.CordonMark(g.ID) {
@@ -224,6 +264,14 @@ func (p *planner) onDraining(h heldSlot) {
 		p.change(s, SlotChange{Op: OpRevoke, Why: why, Uncordon: h.uncordon})
 	}
 	switch {
+	case g.Rollback && (n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount)):
+		revoke(WhyBootChanged)
+		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "revoked rollback grant %s: node %s rebooted outside it (%s)%s", s.Name, n.Name, bootChange(n, st, g), restored(h.uncordon))
+	case g.Rollback:
+		p.drain(h)
+	case p.quarantined():
+		revoke(WhyQuarantined)
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s is quarantined%s", s.Name, n.Name, g.Image, restored(h.uncordon))
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		revoke(WhyImageChanged)
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked reboot slot %s of node %s before its reboot: %s%s", s.Name, n.Name, p.changedTarget(n.Name), restored(h.uncordon))
@@ -251,6 +299,9 @@ func (p *planner) drain(h heldSlot) {
 	switch {
 	case !n.Unschedulable:
 		p.change(s, SlotChange{Op: OpCordon, Why: WhyCordon, DrainTimeout: p.b.DrainTimeout})
+	case hasDrain && d.State == DrainDone && p.gateFailing && !g.Rollback:
+		// A gate fails in this pass: its target may be quarantined, so
+		// no update grant advances into a reboot now.
 	case hasDrain && d.State == DrainDone:
 		// The advance keeps the grant's record of whose cordon it is.
 		p.change(s, SlotChange{Op: OpAdvance, Why: WhyDrained, CordonedByUs: cordonIsOurs(s, n)})
@@ -280,6 +331,9 @@ func (p *planner) onStaging(h heldSlot) {
 	case st != nil && (p.stagedForReboot(st, g.Image) || onDigest(st.Booted, g.Image.Digest)):
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
+	case p.quarantined():
+		p.change(s, SlotChange{Op: OpRevoke, Why: WhyQuarantined})
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s of node %s: the pool's target %s is quarantined", s.Name, n.Name, p.quarantine.Digest)
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))

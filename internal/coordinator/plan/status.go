@@ -26,6 +26,7 @@ func (p *planner) status() {
 	st.Held = int32(len(held))
 	quiet, refusing := p.quietAgents(holds)
 	st.Quiet = int32(len(quiet))
+	st.Quarantine = p.quarantine
 
 	set := p.conditionSetter(prev.Conditions, &st)
 	halted := p.halted()
@@ -142,6 +143,11 @@ func (p *planner) conditionSetter(prev []metav1.Condition, st *fleetv1.BootcNode
 }
 
 func (p *planner) haltedCondition(set setCondition, halted bool, failed []string) {
+	if u := p.unrolledBack(); halted && len(u) > 0 {
+		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
+			fmt.Sprintf("node(s) failed their health gate and were not rolled back: %s; no new reboot grants whatever haltAfterFailures says. A RollbackFailed node is never rebooted again automatically: repair it by hand, uncordon it and delete its Lease; a node without a rollback deployment likewise", joinMax(u, 5)))
+		return
+	}
 	if halted {
 		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
 			fmt.Sprintf("%d node(s) failed on the target image (%s), haltAfterFailures is %d: no new reboot grants. Repair those nodes (each slot is released once its node is back on the image; a node whose signature policy rejected the image recovers with a new image or a policy that accepts it), delete Nodes that are gone, or raise haltAfterFailures",
@@ -157,6 +163,11 @@ func (p *planner) degradedCondition(set setCondition, c nodeCounts) {
 	case p.in.ResolveError != "":
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonResolveFailed,
 			fmt.Sprintf("cannot resolve spec.image %s: %s; no new grants until it resolves (check the registry, the tag, and --insecure-registry)", p.in.Pool.Spec.Image, p.in.ResolveError))
+	case p.quarantined():
+		q := p.quarantine
+		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonImageFailedHealthCheck,
+			text.Truncate(fmt.Sprintf("%s is quarantined: node %s failed on it (%s: %s); no node stages or reboots into it until spec.image names another image (see status.quarantine)",
+				q.Digest, q.Node, q.Reason, orUnknown(q.Message)), 1024))
 	case len(c.conflicts) > 0:
 		set(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodeConflict,
 			fmt.Sprintf("node(s) not managed: %s; make the pools' nodeSelectors disjoint, or rename the nodes", joinMax(c.conflicts, 5)))
@@ -192,6 +203,9 @@ func (p *planner) progressConditions(set setCondition, st *fleetv1.BootcNodePool
 	msg := fmt.Sprintf("%d of %d node(s) run %s; waiting: %s", st.Updated, st.Nodes, p.targetText(), joinMax(notUpdated, 5))
 	set(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, msg)
 	switch {
+	case p.quarantined():
+		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonImageFailedHealthCheck,
+			fmt.Sprintf("%s is quarantined (see the Degraded condition): no new grants; set spec.image to another image", p.quarantine.Digest))
 	case p.b.Paused:
 		set(fleetv1.PoolProgressing, metav1.ConditionFalse, fleetv1.ReasonPaused, "spec.rollout.paused is true: no new grants; set it to false to continue")
 	case p.in.ResolveError != "":
@@ -203,8 +217,29 @@ func (p *planner) progressConditions(set setCondition, st *fleetv1.BootcNodePool
 		if pm := p.pacingMessage(held); pm != "" {
 			m += "; " + pm
 		}
+		if mm := p.metricsMessage(); mm != "" {
+			m += "; " + mm
+		}
 		set(fleetv1.PoolProgressing, metav1.ConditionTrue, fleetv1.ReasonRollingOut, m)
 	}
+}
+
+// metricsMessage says what the pool's metrics query holds back, for
+// Progressing; "" if nothing.
+func (p *planner) metricsMessage() string {
+	if p.in.MetricsError != "" {
+		return text.Truncate("the metrics query failed ("+fleetv1.ReasonMetricsQueryFailed+": "+p.in.MetricsError+"): no new reboot grants", 300)
+	}
+	var blocked []string
+	for _, name := range p.members {
+		if p.in.MetricsBlocked[name] != "" {
+			blocked = append(blocked, name)
+		}
+	}
+	if len(blocked) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the metrics query returns series for %s: no reboot grant for them", joinMax(blocked, 5))
 }
 
 func (p *planner) agentsCondition(set setCondition, quiet, refusing []string) {

@@ -26,12 +26,12 @@ var Transitions = transitions(
 	// onStaging, and holderOf for every phase (the holder's Node deleted,
 	// or out of the pool).
 	edges(PhaseStaging, OpRelease, PhaseFree, WhyStaged, WhyExpired, WhyNodeDeleted),
-	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyReleasedByAgent, WhyStageTimedOut, WhyLeftPool),
+	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyReleasedByAgent, WhyStageTimedOut, WhyLeftPool, WhyQuarantined),
 	// onDraining and drain.
 	edges(PhaseDraining, OpCordon, PhaseDraining, WhyCordon),
 	edges(PhaseDraining, OpAdvance, PhaseRebooting, WhyDrained),
 	edges(PhaseDraining, OpRelease, PhaseFree, WhyNodeDeleted),
-	edges(PhaseDraining, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),
+	edges(PhaseDraining, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyStagedUnverified, WhyLeftPool, WhyQuarantined),
 	// The coordinator writes failure and back-since only in phase Reboot;
 	// a Draining grant someone else annotated so keeps them through the
 	// advance, which the Lease then reads as.
@@ -40,7 +40,8 @@ var Transitions = transitions(
 	// onRebooting: endReboot, rebootTimer, trackBack.
 	edges(PhaseRebooting, OpMarkBack, PhaseVerifying, WhyBackOnImage),
 	edges(PhaseRebooting, OpMarkFailed, PhaseFailed, WhyRebootTimeout),
-	edges(PhaseRebooting, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
+	edges(PhaseRebooting, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted, WhyRolledBack, WhyRolledBackByHost),
+	edges(PhaseRebooting, OpMarkFailed, PhaseFailed, WhyRollbackFailed),
 	edges(PhaseRebooting, OpRevoke, PhaseFree, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),
 	// onVerifying: a holder that came back and fell over keeps the
 	// came-back record (Verifying); a back-since record without it (a grant
@@ -48,10 +49,13 @@ var Transitions = transitions(
 	// still runs.
 	edges(PhaseVerifying, OpMarkBack, PhaseVerifying, WhyBackOnImage, WhyNotBackAnyMore),
 	edges(PhaseVerifying, OpMarkBack, PhaseRebooting, WhyNotBackAnyMore),
-	edges(PhaseVerifying, OpMarkFailed, PhaseFailed, WhyRebootTimeout),
-	edges(PhaseVerifying, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
+	edges(PhaseVerifying, OpMarkFailed, PhaseFailed, WhyRebootTimeout, WhyHealthCheckFailed),
+	edges(PhaseVerifying, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted, WhyRolledBack),
 	edges(PhaseVerifying, OpRevoke, PhaseFree, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),
-	// onFailed: the failure stays until the slot is freed.
+	// onFailed: the failure stays until the slot is freed, but for a
+	// failed gate with onFailure Rollback: the slot is re-issued to the
+	// node as a rollback grant (gate.go).
+	edges(PhaseFailed, OpGrant, PhaseDraining, WhyRollback),
 	edges(PhaseFailed, OpMarkBack, PhaseFailed, WhyBackOnImage, WhyNotBackAnyMore),
 	edges(PhaseFailed, OpRelease, PhaseFree, WhyVerified, WhyNodeDeleted),
 	edges(PhaseFailed, OpRevoke, PhaseFree, WhyBootChanged, WhyStagedUnverified, WhyLeftPool),

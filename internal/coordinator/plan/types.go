@@ -247,6 +247,11 @@ type SlotChange struct {
 	// StageTimeout is what a stage grant carries for its agent
 	// (lease.AnnotationStageTimeout, amendment 19).
 	StageTimeout time.Duration
+	// Rollback and Cordon (OpGrant of a reboot slot): a rollback grant
+	// (lease.Terms.Rollback) and the cordon record it starts from
+	// (lease.Terms.Cordon: the failed update grant's, amendment 25).
+	Rollback bool
+	Cordon   lease.Cordon
 	// Why is a short CamelCase cause, for logs and events.
 	Why string
 }
@@ -337,4 +342,21 @@ const (
 	// WhyStageTimedOut: a stage grant held longer than stageTimeout plus a
 	// lease duration (amendment 19).
 	WhyStageTimedOut = fleetv1.ReasonStageTimedOut
+	// WhyHealthCheckFailed: a node did not pass its health gate within
+	// health.timeout (amendment 24); the failure written is the check's
+	// reason.
+	WhyHealthCheckFailed = fleetv1.EventHealthCheckFailed
+	// WhyRollback: a failed update grant's slot re-issued to its node as a
+	// rollback grant (amendment 25).
+	WhyRollback = "Rollback"
+	// WhyRolledBack: a rollback grant's node is back on its previous image.
+	WhyRolledBack = fleetv1.EventRolledBack
+	// WhyRolledBackByHost: an update grant's node came back on another image
+	// by itself (amendment 25).
+	WhyRolledBackByHost = fleetv1.ReasonRolledBackByHost
+	// WhyRollbackFailed: a rollback grant's node did not come back on its
+	// previous image.
+	WhyRollbackFailed = fleetv1.ReasonRollbackFailed
+	// WhyQuarantined: a grant for a quarantined target (amendment 25).
+	WhyQuarantined = "Quarantined"
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/health"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/platform"
 )
 
@@ -77,6 +78,10 @@ type world struct {
 	stagingSince map[string]time.Time
 	now          time.Time
 	uid          int
+	// rollbacks: by node, bootc's rollback deployment (the image booted
+	// before the last update); health: the gate's verdicts (Input.Health).
+	rollbacks map[string]imageref.Pinned
+	health    map[string]health.Verdict
 }
 
 func newWorld(n, maxUnavailable, maxStaging int) *world {
@@ -107,6 +112,8 @@ func newWorld(n, maxUnavailable, maxStaging int) *world {
 
 		grantsSeen:   map[lease.ID]time.Time{},
 		stagingSince: map[string]time.Time{},
+		rollbacks:    map[string]imageref.Pinned{},
+		health:       map[string]health.Verdict{},
 	}
 	for i := 0; i < n; i++ {
 		w.addNode(fmt.Sprintf("node-%02d", i))
@@ -144,6 +151,9 @@ func (w *world) agentReports(name string, booted, staged imageref.Pinned, phase 
 	}
 	if staged.Digest != "" {
 		bn.Status.Staged = &fleetv1.Deployment{Image: staged.String(), Digest: staged.Digest, DownloadOnly: true}
+	}
+	if rb := w.rollbacks[name]; rb.Digest != "" {
+		bn.Status.Rollback = &fleetv1.Deployment{Image: rb.String(), Digest: rb.Digest}
 	}
 }
 
@@ -187,6 +197,12 @@ func (w *world) input() Input {
 	}
 	for k, v := range w.drains {
 		in.Drains[k] = v
+	}
+	if len(w.health) > 0 {
+		in.Health = map[string]health.Verdict{}
+		for k, v := range w.health {
+			in.Health[k] = v
+		}
 	}
 	return in
 }
@@ -350,9 +366,28 @@ func (w *world) reboot(name string) {
 	n.BootID = bootID(name, w.boots[name])
 	bn := w.bns[name]
 	if bn != nil && bn.Status.Staged != nil {
+		if bn.Status.Booted != nil {
+			w.rollbacks[name] = mustPinned(bn.Status.Booted.Image)
+		}
 		bn.Status.Booted, bn.Status.Staged = bn.Status.Staged, nil
 		bn.Status.Booted.DownloadOnly = false
 	}
+}
+
+// rollBack plays `bootc rollback` and a full reboot: a new boot ID, booted
+// and rollback swapped, no staged deployment.
+func (w *world) rollBack(name string) {
+	w.boots[name]++
+	w.nodes[name].BootID = bootID(name, w.boots[name])
+	bn := w.bns[name]
+	rb := w.rollbacks[name]
+	if bn == nil || rb.Digest == "" {
+		return
+	}
+	if bn.Status.Booted != nil {
+		w.rollbacks[name] = mustPinned(bn.Status.Booted.Image)
+	}
+	bn.Status.Booted, bn.Status.Staged = &fleetv1.Deployment{Image: rb.String(), Digest: rb.Digest}, nil
 }
 
 // softReboot plays a node's soft reboot: the boot ID stays, systemd's
@@ -362,6 +397,9 @@ func (w *world) softReboot(name string) {
 	w.softs[name]++
 	bn := w.bns[name]
 	if bn != nil && bn.Status.Staged != nil {
+		if bn.Status.Booted != nil {
+			w.rollbacks[name] = mustPinned(bn.Status.Booted.Image)
+		}
 		bn.Status.Booted, bn.Status.Staged = bn.Status.Staged, nil
 		bn.Status.Booted.DownloadOnly = false
 	}
@@ -406,6 +444,11 @@ func (w *world) idealWorld() {
 		desired := mustPinned(bn.Spec.DesiredImage)
 		if bn.Status.BootID != n.BootID {
 			w.agentReports(name, bootedOf(bn), stagedOf(bn), fleetv1.PhaseWaiting)
+			continue
+		}
+		if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Rollback && s.Grant.Phase == lease.PhaseReboot && w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired {
+			w.rollBack(name)
+			w.agentReports(name, bootedOf(w.bns[name]), imageref.Pinned{}, fleetv1.PhaseIdle)
 			continue
 		}
 		if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Phase == lease.PhaseReboot && w.grantedInBoot(name, s.Grant) && s.Grant.Image == desired {
