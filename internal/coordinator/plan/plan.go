@@ -114,6 +114,9 @@ type planner struct {
 	// failureCount is failures() once the held slots are settled.
 	failureCount  int
 	failuresKnown bool
+	// waves: the canaries and the zone now rolling (canary.go), found once
+	// the held slots are settled.
+	waves *waveState
 }
 
 type freshStatus struct {

@@ -38,6 +38,41 @@ func RebootOrder(names []string, unavailable func(name string) bool) []string {
 	return q
 }
 
+// WaveOrder puts q in the order of the rollout's waves (amendment 26),
+// keeping q's order within a wave (a stable sort): the canaries first, then
+// each zone in name order, nodes without a zone last. zone returns "" for
+// every node under zoneOrder Any (ZoneOf). Both queues are ordered so: a
+// node the planner will not grant yet waits behind those it will.
+func WaveOrder(q []string, canary func(name string) bool, zone func(name string) string) []string {
+	out := append([]string(nil), q...)
+	sort.SliceStable(out, func(i, j int) bool {
+		ci, cj := canary(out[i]), canary(out[j])
+		if ci != cj {
+			return ci
+		}
+		return ZoneBefore(zone(out[i]), zone(out[j]))
+	})
+	return out
+}
+
+// ZoneBefore: zone a goes before zone b: in name order, "" (no zone label)
+// last.
+func ZoneBefore(a, b string) bool {
+	if (a == "") != (b == "") {
+		return b == ""
+	}
+	return a < b
+}
+
+// ZoneOf is the zone a node's zone label gives it under the pool's
+// zoneOrder: the label under Sequential (the default), "" under Any.
+func ZoneOf(order fleetv1.ZoneOrder, label string) string {
+	if order == fleetv1.ZoneOrderAny {
+		return ""
+	}
+	return label
+}
+
 // Windows is what a pool's maintenance windows say at one instant, as the
 // planner evaluates them (for `kubectl bootc-fleet`, which shows the next
 // opening live).
