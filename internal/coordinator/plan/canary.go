@@ -204,22 +204,37 @@ func (p *planner) onTargetReleased(name string, holds map[string][]*Slot) bool {
 }
 
 // currentZone finds the zone rolling now, under zoneOrder Sequential: the
-// first (name order, no zone last) with a node that still has work, among
-// the canaries while they go alone.
+// zone of a node under way (holding a reboot slot, not failed), so a hold
+// lifted in an earlier zone waits for it; else the first zone (name order,
+// no zone last) with a node that still has work, among the canaries while
+// they go alone.
 func (p *planner) currentZone(w *waveState, holds map[string][]*Slot) {
 	if p.zoneOrder() != fleetv1.ZoneOrderSequential {
 		return
 	}
 	w.zoned = true
+	underWay := false
 	for _, name := range p.members {
-		if w.waiting && !w.canary[name] || !p.hasWork(name, holds) {
+		busy := p.underWay(holds[name])
+		if !busy && (underWay || (w.waiting && !w.canary[name]) || !p.hasWork(name, holds)) {
 			continue
 		}
 		z := ZoneOf(p.zoneOrder(), p.nodes[name].Zone)
-		if !w.hasZone || ZoneBefore(z, w.zone) {
+		if !w.hasZone || (busy && !underWay) || ZoneBefore(z, w.zone) {
 			w.zone, w.hasZone = z, true
 		}
+		underWay = underWay || busy
 	}
+}
+
+// underWay: ss holds a reboot slot that is not failed.
+func (p *planner) underWay(ss []*Slot) bool {
+	for _, s := range ss {
+		if s.Kind == lease.KindReboot {
+			return s.Phase != PhaseFailed
+		}
+	}
+	return false
 }
 
 // hasWork: node name still has its update to do, and can: it is under way
@@ -229,10 +244,8 @@ func (p *planner) currentZone(w *waveState, holds map[string][]*Slot) {
 // the next zone go).
 func (p *planner) hasWork(name string, holds map[string][]*Slot) bool {
 	n := p.nodes[name]
-	for _, s := range holds[name] {
-		if s.Kind == lease.KindReboot {
-			return s.Phase != PhaseFailed
-		}
+	if holdsKind(holds[name], lease.KindReboot) {
+		return p.underWay(holds[name])
 	}
 	if p.conflicted(n) || n.Held || p.noImage[name] != nil || p.failedSlot[name] != "" || p.signatureRejected(name) {
 		return false
