@@ -111,7 +111,8 @@ func (p *planner) wavesNow() *waveState {
 	if !w.passed.IsZero() {
 		w.soakUntil = w.passed.Add(p.soak())
 	}
-	w.waiting = len(w.canaries) > 0 && (w.passed.IsZero() || p.in.Now.Before(w.soakUntil))
+	// No canary yet (no node could be one): nobody else goes either.
+	w.waiting = w.passed.IsZero() || p.in.Now.Before(w.soakUntil)
 	if w.waiting && !w.passed.IsZero() {
 		p.requeueAt(w.soakUntil)
 	}
@@ -166,20 +167,28 @@ func (p *planner) canaryCandidate(name string, holds map[string][]*Slot) bool {
 }
 
 // addCanaries fills the canaries up, until they passed: the nodes labelled
-// fleetv1.LabelCanary when any node of the pool is, else the first nodes of
-// the queue order (zone order, then name) up to want.
+// fleetv1.LabelCanary that could be canaries, all of them; when none
+// could, the first nodes of the queue order (zone order, then name) up to
+// want.
 func (p *planner) addCanaries(w *waveState, want int, holds map[string][]*Slot) {
-	labelled := false
-	for _, name := range p.members {
-		labelled = labelled || p.nodes[name].Canary
-	}
 	order := WaveOrder(p.members, func(string) bool { return false }, func(name string) string { return ZoneOf(p.zoneOrder(), p.nodes[name].Zone) })
+	var labelled, unlabelled []string
 	for _, name := range order {
-		if len(w.canaries) >= MaxCanaries || (!labelled && len(w.canaries) >= want) {
-			return
-		}
-		if w.canary[name] || (labelled && !p.nodes[name].Canary) || !p.canaryCandidate(name, holds) {
+		if w.canary[name] || !p.canaryCandidate(name, holds) {
 			continue
+		}
+		if p.nodes[name].Canary {
+			labelled = append(labelled, name)
+		} else {
+			unlabelled = append(unlabelled, name)
+		}
+	}
+	if len(labelled) > 0 {
+		want, unlabelled = MaxCanaries, labelled
+	}
+	for _, name := range unlabelled {
+		if len(w.canaries) >= min(want, MaxCanaries) {
+			return
 		}
 		w.canaries, w.canary[name] = append(w.canaries, name), true
 	}
@@ -287,7 +296,9 @@ func (p *planner) canaryStatus(set setCondition, st *fleetv1.BootcNodePoolStatus
 	}
 	holds := p.holdsAfter()
 	var msg string
-	if w.passed.IsZero() {
+	if len(w.canaries) == 0 {
+		msg = "canaries first: no node can be a canary yet (every node that still needs the target is held, conflicting or without an image for its platform); no reboot grant until one can"
+	} else if w.passed.IsZero() {
 		var pending []string
 		for _, name := range w.canaries {
 			if !p.onTargetReleased(name, holds) {

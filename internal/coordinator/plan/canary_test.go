@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"pgregory.net/rapid"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -366,5 +368,89 @@ func TestZoneSequentialGrants(t *testing.T) {
 	w.step()
 	if got := strings.Join(rebootGrants(w.plan()), " "); got != "node-01" {
 		t.Errorf("reboot grants %q, want only zone a's node-01", got)
+	}
+}
+
+// drawWaves gives a property-test pool canaries (or none) and its nodes
+// zones and canary labels (amendment 26).
+func drawWaves(rt *rapid.T, w *world) {
+	switch rapid.IntRange(0, 3).Draw(rt, "canaryKind") {
+	case 1:
+		canaries(w, intstr.FromInt32(int32(rapid.IntRange(0, 3).Draw(rt, "canaryNodes"))), time.Duration(rapid.IntRange(0, 180).Draw(rt, "soakSeconds"))*time.Second)
+	case 2:
+		canaries(w, intstr.FromString(fmt.Sprintf("%d%%", rapid.IntRange(0, 100).Draw(rt, "canaryPct"))), time.Duration(rapid.IntRange(0, 180).Draw(rt, "soakSeconds"))*time.Second)
+	case 3:
+		w.pool.Spec.Rollout.Canary = &fleetv1.CanarySpec{} // the defaults: 1, no soak
+	}
+	w.pool.Spec.Rollout.ZoneOrder = rapid.SampledFrom([]fleetv1.ZoneOrder{"", fleetv1.ZoneOrderSequential, fleetv1.ZoneOrderAny}).Draw(rt, "zoneOrder")
+	for _, name := range sortedKeys(w.nodes) {
+		drawWaveLabels(rt, w, name)
+	}
+}
+
+func drawWaveLabels(rt *rapid.T, w *world, name string) {
+	w.nodes[name].Zone = rapid.SampledFrom([]string{"", "zone-a", "zone-b"}).Draw(rt, "zone")
+	w.nodes[name].Canary = rapid.IntRange(0, 4).Draw(rt, "canaryLabel") == 0
+}
+
+// checkWaves checks one pass against the waves, independently of the
+// planner: no reboot grant to a node that is not a canary before every
+// canary is on its target with its slot released and the soak has passed;
+// under zoneOrder Sequential, never reboot slots under way in two zones
+// after a pass that granted one.
+func checkWaves(rt *rapid.T, w *world, in Input, out Output) {
+	grants := rebootGrants(out)
+	cs := out.Status.Canary
+	spec := in.Pool.Spec.Rollout.Canary
+	if cs != nil && cs.Target != w.target.String() {
+		rt.Fatalf("status.canary for %s, target %s", cs.Target, w.target)
+	}
+	if cs != nil && cs.PassedTime != nil && (in.Pool.Status.Canary == nil || in.Pool.Status.Canary.PassedTime == nil || in.Pool.Status.Canary.Target != cs.Target) {
+		// Passed in this pass: every canary is on its target, slot released.
+		if len(cs.Nodes) == 0 || cs.PassedTime.Time.Before(in.Now) {
+			rt.Fatalf("canaries %v passed at %s (pass at %s)", cs.Nodes, cs.PassedTime, in.Now)
+		}
+		for _, name := range cs.Nodes {
+			bn := w.bns[name]
+			want, _ := expectedFor(w, name)
+			_, holds := w.grantOf(name, lease.KindReboot)
+			if n := w.nodes[name]; n == nil || bn == nil || bn.Status.BootID != n.BootID || bn.Status.Booted == nil || bn.Status.Booted.Digest != want.Digest || holds {
+				rt.Fatalf("canary %s counted as passed: node %+v status %+v, reboot slot held %v", name, n, bn, holds)
+			}
+		}
+	}
+	if spec != nil && len(grants) > 0 && in.Target.Digest != "" {
+		members := 0
+		for _, n := range in.Nodes {
+			if n.InPool {
+				members++
+			}
+		}
+		count, _ := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(spec.Nodes, intstr.FromInt32(1)), members, true)
+		if cs == nil && count > 0 {
+			rt.Fatalf("reboot grants %v with canaries asked for (%+v) and no status.canary", grants, spec)
+		}
+		soak := time.Duration(0)
+		if spec.Soak != nil {
+			soak = spec.Soak.Duration
+		}
+		soaked := cs == nil || (cs.PassedTime != nil && !in.Now.Before(cs.PassedTime.Add(soak)))
+		for _, g := range grants {
+			if !soaked && !slices.Contains(cs.Nodes, g) {
+				rt.Fatalf("reboot grant to %s, not a canary (%v), before the canaries passed and the soak %s (passed %v, now %s)\nnodes %s", g, cs.Nodes, soak, cs.PassedTime, in.Now, describeNodes(w))
+			}
+		}
+	}
+	if len(grants) == 0 || in.Pool.Spec.Rollout.ZoneOrder == fleetv1.ZoneOrderAny {
+		return
+	}
+	busy := map[string][]string{}
+	for _, name := range sortedKeys(w.nodes) {
+		if s, ok := w.grantOf(name, lease.KindReboot); ok && s.Grant.Failure == "" && w.nodes[name].InPool {
+			busy[w.nodes[name].Zone] = append(busy[w.nodes[name].Zone], name)
+		}
+	}
+	if len(busy) > 1 {
+		rt.Fatalf("zoneOrder Sequential: reboot grants %v leave reboot slots under way in %d zones: %v", grants, len(busy), busy)
 	}
 }
