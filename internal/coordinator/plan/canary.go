@@ -64,9 +64,11 @@ func (p *planner) rebootEligible(name string) (ok bool, why string) {
 // alone, then by zone.
 func (p *planner) waveOrder(q []string) []string {
 	w := p.wavesNow()
-	return WaveOrder(q, func(name string) bool { return w.waiting && w.canary[name] },
-		func(name string) string { return ZoneOf(p.zoneOrder(), p.nodes[name].Zone) })
+	return WaveOrder(q, Waves{Canary: func(name string) bool { return w.waiting && w.canary[name] },
+		Zone: p.zoneOfNode, Rolling: w.zone, HasRolling: w.zoned && w.hasZone})
 }
+
+func (p *planner) zoneOfNode(name string) string { return ZoneOf(p.zoneOrder(), p.nodes[name].Zone) }
 
 func (p *planner) zoneOrder() fleetv1.ZoneOrder {
 	if p.in.Pool.Spec.Rollout.ZoneOrder == "" {
@@ -171,7 +173,7 @@ func (p *planner) canaryCandidate(name string, holds map[string][]*Slot) bool {
 // could, the first nodes of the queue order (zone order, then name) up to
 // want.
 func (p *planner) addCanaries(w *waveState, want int, holds map[string][]*Slot) {
-	order := WaveOrder(p.members, func(string) bool { return false }, func(name string) string { return ZoneOf(p.zoneOrder(), p.nodes[name].Zone) })
+	order := WaveOrder(p.members, Waves{Canary: func(string) bool { return false }, Zone: p.zoneOfNode})
 	var labelled, unlabelled []string
 	for _, name := range order {
 		if w.canary[name] || !p.canaryCandidate(name, holds) {
@@ -228,7 +230,7 @@ func (p *planner) currentZone(w *waveState, holds map[string][]*Slot) {
 		if !busy && (underWay || (w.waiting && !w.canary[name]) || !p.hasWork(name, holds)) {
 			continue
 		}
-		z := ZoneOf(p.zoneOrder(), p.nodes[name].Zone)
+		z := p.zoneOfNode(name)
 		if !w.hasZone || (busy && !underWay) || ZoneBefore(z, w.zone) {
 			w.zone, w.hasZone = z, true
 		}

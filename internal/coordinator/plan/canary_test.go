@@ -91,13 +91,15 @@ func init() {
 
 func TestWaveOrder(t *testing.T) {
 	tests := []struct {
-		name, in, canary, zones, want string
+		name, in, canary, zones, rolling, want string
 	}{
-		{"no waves: as given", "c a b", "", "", "c a b"},
-		{"canaries first, in the given order", "a b c d", "d b", "", "b d a c"},
-		{"zones in name order, no zone last", "a b c d e", "", "a=z2 b=z1 d=z1 e=z2", "b d a e c"},
-		{"canaries before zones", "a b c", "c", "a=z1 c=z9", "c a b"},
-		{"empty", "", "", "", ""},
+		{"no waves: as given", "c a b", "", "", "", "c a b"},
+		{"canaries first, in the given order", "a b c d", "d b", "", "", "b d a c"},
+		{"zones in name order, no zone last", "a b c d e", "", "a=z2 b=z1 d=z1 e=z2", "", "b d a e c"},
+		{"the zone under way first", "a b c d e", "", "a=z2 b=z1 d=z1 e=z2", "z2", "a e b d c"},
+		{"the nodes without a zone under way first", "a b c", "", "a=z2 b=z1", "-", "c b a"},
+		{"canaries before zones", "a b c", "c", "a=z1 c=z9", "z1", "c a b"},
+		{"empty", "", "", "", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,7 +110,8 @@ func TestWaveOrder(t *testing.T) {
 			}
 			in := strings.Fields(tt.in)
 			keep := append([]string(nil), in...)
-			got := WaveOrder(in, nameSet(tt.canary), func(n string) string { return zone[n] })
+			waves := Waves{Canary: nameSet(tt.canary), Zone: func(n string) string { return zone[n] }, Rolling: strings.TrimPrefix(tt.rolling, "-"), HasRolling: tt.rolling != ""}
+			got := WaveOrder(in, waves)
 			if want := strings.Fields(tt.want); !slices.Equal(got, want) {
 				t.Errorf("WaveOrder(%q, canary %q, zones %q) = %q, want %q", tt.in, tt.canary, tt.zones, got, want)
 			}

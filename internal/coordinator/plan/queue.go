@@ -38,19 +38,40 @@ func RebootOrder(names []string, unavailable func(name string) bool) []string {
 	return q
 }
 
-// WaveOrder puts q in the order of the rollout's waves (amendment 26),
-// keeping q's order within a wave (a stable sort): the canaries first, then
-// each zone in name order, nodes without a zone last. zone returns "" for
-// every node under zoneOrder Any (ZoneOf). Both queues are ordered so: a
-// node the planner will not grant yet waits behind those it will.
-func WaveOrder(q []string, canary func(name string) bool, zone func(name string) string) []string {
+// Waves is what the queue order needs of the rollout's waves (amendment
+// 26).
+type Waves struct {
+	// Canary: name is a canary and the canaries still go alone.
+	Canary func(name string) bool
+	// Zone is the node's zone (ZoneOf: "" for all under zoneOrder Any).
+	Zone func(name string) string
+	// Rolling is the zone under way (a node of it holds a reboot slot),
+	// which goes before the others; HasRolling says there is one.
+	Rolling    string
+	HasRolling bool
+}
+
+// WaveOrder puts q in the order of the rollout's waves, keeping q's order
+// within a wave (a stable sort): the canaries first, then the zone under
+// way, then each zone in name order, nodes without a zone last. Both
+// queues are ordered so: a node the planner will not grant yet waits
+// behind those it will.
+func WaveOrder(q []string, w Waves) []string {
 	out := append([]string(nil), q...)
+	rank := func(name string) (bool, bool, string) {
+		z := w.Zone(name)
+		return !w.Canary(name), !(w.HasRolling && z == w.Rolling), z
+	}
 	sort.SliceStable(out, func(i, j int) bool {
-		ci, cj := canary(out[i]), canary(out[j])
-		if ci != cj {
-			return ci
+		ci, ri, zi := rank(out[i])
+		cj, rj, zj := rank(out[j])
+		switch {
+		case ci != cj:
+			return !ci
+		case ri != rj:
+			return !ri
 		}
-		return ZoneBefore(zone(out[i]), zone(out[j]))
+		return ZoneBefore(zi, zj)
 	})
 	return out
 }
