@@ -58,26 +58,26 @@ type Waves struct {
 // behind those it will.
 func WaveOrder(q []string, w Waves) []string {
 	out := append([]string(nil), q...)
-	rank := func(name string) (bool, bool, string) {
+	rank := func(name string) (canary, rolling bool, zone string) {
 		z := w.Zone(name)
-		return !w.Canary(name), !(w.HasRolling && z == w.Rolling), z
+		return w.Canary(name), w.HasRolling && z == w.Rolling, z
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		ci, ri, zi := rank(out[i])
 		cj, rj, zj := rank(out[j])
 		switch {
 		case ci != cj:
-			return !ci
+			return ci
 		case ri != rj:
-			return !ri
+			return ri
 		}
 		return ZoneBefore(zi, zj)
 	})
 	return out
 }
 
-// ZoneBefore: zone a goes before zone b: in name order, "" (no zone label)
-// last.
+// ZoneBefore reports whether zone a goes before zone b: in name order, ""
+// (no zone label) last.
 func ZoneBefore(a, b string) bool {
 	if (a == "") != (b == "") {
 		return b == ""
