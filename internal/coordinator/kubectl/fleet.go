@@ -437,29 +437,7 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 		text += " by " + andList(who)
 	}
 	if k == lease.KindReboot {
-		var others []string
-		for _, m := range v.members {
-			if v.otherwiseUnavailable(m) {
-				why := "cordoned"
-				if !v.ready(m) {
-					why = "NotReady"
-				}
-				if m == name {
-					why += ", this node"
-				}
-				others = append(others, m+" ("+why+")")
-			}
-		}
-		if len(others) > 0 {
-			text += fmt.Sprintf("; %d more counted against maxUnavailable: %s", len(others), andList(others))
-		}
-		// Pacing waits are the coordinator's to word; the queue is ours.
-		if !strings.HasPrefix(coord, "staged; waiting for a reboot slot") && coord != "" {
-			text = coord
-		}
-		if wave := v.waveText(name); wave != "" {
-			text += "; " + wave
-		}
+		text = v.rebootWaitText(name, coord, text)
 	} else {
 		if u := v.stagingWithoutGrant(); len(u) > 0 {
 			// Counted against maxStaging until their share lapses
@@ -475,6 +453,36 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 		}
 	}
 	return queue, text + "; " + ahead
+}
+
+// rebootWaitText adds to text, the live words of a node waiting for a
+// reboot slot, the nodes counted against maxUnavailable, and the wave it
+// waits for; pacing waits are the coordinator's to word (coord).
+func (v *poolView) rebootWaitText(name, coord, text string) string {
+	var others []string
+	for _, m := range v.members {
+		if v.otherwiseUnavailable(m) {
+			why := "cordoned"
+			if !v.ready(m) {
+				why = "NotReady"
+			}
+			if m == name {
+				why += ", this node"
+			}
+			others = append(others, m+" ("+why+")")
+		}
+	}
+	if len(others) > 0 {
+		text += fmt.Sprintf("; %d more counted against maxUnavailable: %s", len(others), andList(others))
+	}
+	// Pacing waits are the coordinator's to word; the queue is ours.
+	if !strings.HasPrefix(coord, "staged; waiting for a reboot slot") && coord != "" {
+		text = coord
+	}
+	if wave := v.waveText(name); wave != "" {
+		text += "; " + wave
+	}
+	return text
 }
 
 func andList(items []string) string {
