@@ -241,31 +241,3 @@ func (k *Coordinator) SetRequireSignedImages(ctx context.Context, node string, o
 	}
 	return fmt.Errorf("updating BootcNode %s: too many conflicts", node)
 }
-
-// GrantRollback re-issues reboot slot i to node as a rollback grant, as the
-// coordinator does after the node failed its health gate (amendment 25): a
-// new grant (lease.Issue, purpose Rollback) for image (the node's rollback
-// deployment) in bootID, keeping the cordon record of the grant the slot
-// held; phase Reboot advances it at once. It returns the grant's identity.
-func (k *Coordinator) GrantRollback(ctx context.Context, i int, node, image, bootID string, phase lease.Phase) (lease.ID, error) {
-	img, err := imageref.ParsePinned(image)
-	if err != nil {
-		return lease.ID{}, err
-	}
-	var id lease.ID
-	err = k.update(ctx, lease.SlotName(k.Pool, lease.KindReboot, i), func(l *coordinationv1.Lease) {
-		cordon := lease.Cordon(l.Annotations[lease.AnnotationCordonedByUs])
-		now := time.Now()
-		secs := k.LeaseSeconds
-		if secs == 0 {
-			secs = 30
-		}
-		g := lease.Issue(l, lease.Terms{Kind: lease.KindReboot, Holder: node, Image: img, BootID: bootID, Rollback: true, Cordon: cordon},
-			now, time.Duration(secs)*time.Second)
-		if phase == lease.PhaseReboot {
-			lease.Advance(l, cordon == lease.CordonOurs, now)
-		}
-		id = g.ID
-	})
-	return id, err
-}

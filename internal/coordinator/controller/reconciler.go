@@ -412,6 +412,8 @@ func planNode(n *corev1.Node, in bool, others map[string]labels.Selector) plan.N
 		OS: n.Status.NodeInfo.OperatingSystem, Arch: n.Status.NodeInfo.Architecture,
 		CordonedFor: n.Annotations[lease.NodeAnnotationCordonedFor]}
 	pn.HoldReason, pn.Held = n.Annotations[fleetv1.AnnotationHold]
+	pn.Zone = n.Labels[fleetv1.LabelZone]
+	_, pn.Canary = n.Labels[fleetv1.LabelCanary]
 	if in {
 		for name, s := range others {
 			if s.Matches(labels.Set(n.Labels)) {

@@ -3,6 +3,7 @@ package kubectl
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -268,9 +269,78 @@ func (v *poolView) queue(k lease.Kind) []string {
 		}
 	}
 	if k == lease.KindReboot {
-		return plan.RebootOrder(waiting, v.otherwiseUnavailable)
+		return plan.WaveOrder(plan.RebootOrder(waiting, v.otherwiseUnavailable), v.waves())
 	}
-	return plan.StageOrder(waiting, v.lastStageFailed)
+	return plan.WaveOrder(plan.StageOrder(waiting, v.lastStageFailed), v.waves())
+}
+
+// waves is the rollout's waves as the pool's status and Nodes show them
+// (amendment 26): its canaries while they still go alone, each node's zone
+// and the zone under way (a node of it holds a reboot slot that is not
+// failed), for plan.WaveOrder.
+func (v *poolView) waves() plan.Waves {
+	w := plan.Waves{Canary: v.canaryAlone, Zone: v.zone}
+	for _, s := range v.slots {
+		if s.Kind == lease.KindReboot && s.State == plan.SlotHeld && s.Phase != plan.PhaseFailed && v.nodes[s.Holder] != nil {
+			w.Rolling, w.HasRolling = v.zone(s.Holder), true
+			break
+		}
+	}
+	return w
+}
+
+// zone is the node's zone label under the pool's zoneOrder (plan.ZoneOf).
+func (v *poolView) zone(name string) string {
+	if n := v.nodes[name]; n != nil {
+		return plan.ZoneOf(v.pool.Spec.Rollout.ZoneOrder, n.Labels[fleetv1.LabelZone])
+	}
+	return ""
+}
+
+// canary: name is one of the canaries of the pool's target.
+func (v *poolView) canary(name string) bool {
+	c := v.pool.Status.Canary
+	return c != nil && c.Target == v.pool.Status.TargetImage && slices.Contains(c.Nodes, name)
+}
+
+// canaryAlone: name is a canary and the canaries still go alone (not all
+// passed, or the soak since is still running).
+func (v *poolView) canaryAlone(name string) bool {
+	return v.canary(name) && v.canariesAlone()
+}
+
+func (v *poolView) canariesAlone() bool {
+	c := v.pool.Status.Canary
+	if c == nil || c.Target != v.pool.Status.TargetImage {
+		return false
+	}
+	if c.PassedTime == nil {
+		return true
+	}
+	var soak time.Duration
+	if s := v.pool.Spec.Rollout.Canary; s != nil && s.Soak != nil {
+		soak = s.Soak.Duration
+	}
+	return v.now.Before(c.PassedTime.Add(soak))
+}
+
+// waveText says which wave a waiting node waits for, if any ("" none).
+func (v *poolView) waveText(name string) string {
+	w := v.waves()
+	switch {
+	case v.canariesAlone() && !v.canary(name):
+		return "after the canaries (" + andList(v.pool.Status.Canary.Nodes) + ")"
+	case w.HasRolling && v.zone(name) != w.Rolling:
+		return "after zone " + zoneText(w.Rolling) + " (zoneOrder Sequential)"
+	}
+	return ""
+}
+
+func zoneText(z string) string {
+	if z == "" {
+		return "(none)"
+	}
+	return z
 }
 
 func (v *poolView) lastStageFailed(name string) bool {
@@ -299,14 +369,19 @@ type NodeReport struct {
 	CoordinatorReason string       `json:"coordinatorReason,omitempty"`
 	Queue             *Queue       `json:"queue,omitempty"`
 	Slots             []SlotHolder `json:"slots,omitempty"`
+	// Zone is the Node's topology.kubernetes.io/zone label; Canary: the
+	// node is one of the canaries of the pool's target (amendment 26).
+	Zone   string `json:"zone,omitempty"`
+	Canary bool   `json:"canary,omitempty"`
 	// Hold is the Node's fleet.bootc.dev/hold annotation, when present.
 	Hold *string `json:"hold,omitempty"`
 }
 
 func (v *poolView) nodeReport(name string) NodeReport {
 	state, coord := v.state(name)
-	r := NodeReport{Name: name, State: state, Reason: coord, CoordinatorReason: coord, Slots: v.slotsOf(name)}
+	r := NodeReport{Name: name, State: state, Reason: coord, CoordinatorReason: coord, Slots: v.slotsOf(name), Canary: v.canary(name)}
 	if n := v.nodes[name]; n != nil {
+		r.Zone = n.Labels[fleetv1.LabelZone]
 		if h, ok := n.Annotations[fleetv1.AnnotationHold]; ok {
 			r.Hold = &h
 		}
@@ -362,26 +437,7 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 		text += " by " + andList(who)
 	}
 	if k == lease.KindReboot {
-		var others []string
-		for _, m := range v.members {
-			if v.otherwiseUnavailable(m) {
-				why := "cordoned"
-				if !v.ready(m) {
-					why = "NotReady"
-				}
-				if m == name {
-					why += ", this node"
-				}
-				others = append(others, m+" ("+why+")")
-			}
-		}
-		if len(others) > 0 {
-			text += fmt.Sprintf("; %d more counted against maxUnavailable: %s", len(others), andList(others))
-		}
-		// Pacing waits are the coordinator's to word; the queue is ours.
-		if !strings.HasPrefix(coord, "staged; waiting for a reboot slot") && coord != "" {
-			text = coord
-		}
+		text = v.rebootWaitText(name, coord, text)
 	} else {
 		if u := v.stagingWithoutGrant(); len(u) > 0 {
 			// Counted against maxStaging until their share lapses
@@ -397,6 +453,36 @@ func (v *poolView) waiting(name string, k lease.Kind, coord string) (*Queue, str
 		}
 	}
 	return queue, text + "; " + ahead
+}
+
+// rebootWaitText adds to text, the live words of a node waiting for a
+// reboot slot, the nodes counted against maxUnavailable, and the wave it
+// waits for; pacing waits are the coordinator's to word (coord).
+func (v *poolView) rebootWaitText(name, coord, text string) string {
+	var others []string
+	for _, m := range v.members {
+		if v.otherwiseUnavailable(m) {
+			why := "cordoned"
+			if !v.ready(m) {
+				why = "NotReady"
+			}
+			if m == name {
+				why += ", this node"
+			}
+			others = append(others, m+" ("+why+")")
+		}
+	}
+	if len(others) > 0 {
+		text += fmt.Sprintf("; %d more counted against maxUnavailable: %s", len(others), andList(others))
+	}
+	// Pacing waits are the coordinator's to word; the queue is ours.
+	if !strings.HasPrefix(coord, "staged; waiting for a reboot slot") && coord != "" {
+		text = coord
+	}
+	if wave := v.waveText(name); wave != "" {
+		text += "; " + wave
+	}
+	return text
 }
 
 func andList(items []string) string {

@@ -92,6 +92,7 @@ func (w *queueWorld) plan() string {
 		in.BootcNodes = append(in.BootcNodes, *w.bns[name])
 	}
 	out := plan.Plan(in)
+	w.pool.Status = out.Status // the canaries, as the coordinator writes them
 	for _, c := range append(out.CreateBootcNodes, out.UpdateBootcNodes...) {
 		w.bns[c.Name].SetRollout(c.RolloutState, c.RolloutReason)
 	}
@@ -113,11 +114,21 @@ func (w *queueWorld) names() []string {
 }
 
 // queue is what the plugin shows, from the objects the API server would hold.
-func (w *queueWorld) queue() []string {
+func (w *queueWorld) queue() []string { return w.view().queue(w.slot.Kind) }
+
+// view is the plugin's view of the pool, from the objects the API server
+// would hold.
+func (w *queueWorld) view() *poolView {
 	v := &poolView{now: now, pool: w.pool, budget: plan.ResolveBudget(w.pool.Spec.Rollout, len(w.nodes)), slots: []plan.Slot{w.slot},
 		members: w.names(), nodes: map[string]*corev1.Node{}, bns: w.bns}
 	for _, n := range w.nodes {
-		kn := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}, Spec: corev1.NodeSpec{Unschedulable: n.Unschedulable}}
+		kn := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{}}, Spec: corev1.NodeSpec{Unschedulable: n.Unschedulable}}
+		if n.Zone != "" {
+			kn.Labels[fleetv1.LabelZone] = n.Zone
+		}
+		if n.Canary {
+			kn.Labels[fleetv1.LabelCanary] = ""
+		}
 		ready := corev1.ConditionFalse
 		if n.Ready {
 			ready = corev1.ConditionTrue
@@ -128,7 +139,7 @@ func (w *queueWorld) queue() []string {
 		}
 		v.nodes[n.Name] = kn
 	}
-	return v.queue(w.slot.Kind)
+	return v
 }
 
 // TestQueueIsGrantOrder: with the slot busy, the plugin's queue is read;
@@ -154,6 +165,19 @@ func TestQueueIsGrantOrder(t *testing.T) {
 			w.bns["n1"].Status.Reason, w.bns["n5"].Status.Reason = fleetv1.ReasonStageFailed, fleetv1.ReasonStageFailed
 			w.node("n6").Held = true
 		}, []string{"n2", "n3", "n4", "n1", "n5"}},
+		// Zone by zone (zoneOrder Sequential, the default): the zone under
+		// way first (blk's), then in name order, no zone last.
+		{lease.KindReboot, func(w *queueWorld) {
+			for _, z := range [][2]string{{"blk", "z1"}, {"n1", "z2"}, {"n2", "z1"}, {"n3", "z2"}, {"n4", "z1"}} {
+				w.node(z[0]).Zone = z[1]
+			}
+		}, []string{"n2", "n4", "n1", "n3", "n5", "n6"}},
+		// The canaries first: n5, labelled, goes alone; then the rest.
+		{lease.KindReboot, func(w *queueWorld) {
+			w.pool.Spec.Rollout.Canary = &fleetv1.CanarySpec{Nodes: ptr.To(intstr.FromInt32(1))}
+			w.node("n5").Canary = true
+			w.node("n3").Held = true
+		}, []string{"n5", "n1", "n2", "n4", "n6"}},
 	} {
 		t.Run(string(tc.kind), func(t *testing.T) {
 			w := newQueueWorld(t, tc.kind, names)

@@ -162,8 +162,21 @@ func writeStatus(w io.Writer, r *StatusReport) {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLLOUT\tWHY")
+	// The wave column only for a pool with zones or canaries (amendment 26).
+	waves := false
 	for _, n := range r.Nodes {
+		waves = waves || n.Zone != "" || n.Canary
+	}
+	if !waves {
+		fmt.Fprintln(tw, "NODE\tROLLOUT\tWHY")
+	} else {
+		fmt.Fprintln(tw, "NODE\tWAVE\tROLLOUT\tWHY")
+	}
+	for _, n := range r.Nodes {
+		if waves {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Name, waveColumn(n), orNone(n.State), orNone(n.Reason))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", n.Name, orNone(n.State), orNone(n.Reason))
 	}
 	_ = tw.Flush()
@@ -220,4 +233,19 @@ func orNone(s string) string {
 		return "<none>"
 	}
 	return s
+}
+
+// waveColumn is a node's wave: canary and its zone.
+func waveColumn(n NodeReport) string {
+	var parts []string
+	if n.Canary {
+		parts = append(parts, "canary")
+	}
+	if n.Zone != "" {
+		parts = append(parts, n.Zone)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -136,11 +136,15 @@ func (p *planner) grantReboots(free map[lease.Kind][]Slot, holds map[string][]*S
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.in.MetricsBlocked[name] != "" {
 			continue
 		}
+		// The waves (canary.go): canaries first and alone, then zone by zone.
+		if ok, _ := p.rebootEligible(name); !ok {
+			continue
+		}
 		if p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly {
 			rebootable = append(rebootable, name)
 		}
 	}
-	rebootable = RebootOrder(rebootable, func(name string) bool { return other[name] })
+	rebootable = p.waveOrder(RebootOrder(rebootable, func(name string) bool { return other[name] }))
 	granted := map[string]bool{}
 	if (len(rebootable) > 0 && p.in.MetricsError != "") || len(p.in.MetricsBlocked) > 0 {
 		p.requeueAt(p.in.Now.Add(gateRecheck)) // a query's result changes with no object to watch
@@ -259,12 +263,13 @@ func (p *planner) isTarget(name string, img imageref.Pinned) bool {
 	return ok && tgt == img
 }
 
-// stageQueue is the order stage slots are offered in (StageOrder).
+// stageQueue is the order stage slots are offered in (StageOrder, then
+// by wave: canaries first, then zone by zone).
 func (p *planner) stageQueue() []string {
-	return StageOrder(p.members, func(name string) bool {
+	return p.waveOrder(StageOrder(p.members, func(name string) bool {
 		st := p.fresh(p.nodes[name])
 		return st != nil && LastStageFailed(st.Reason)
-	})
+	}))
 }
 
 // grantSlot grants s to n for img, recording n's boot: the kubelet's boot ID

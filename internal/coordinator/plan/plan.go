@@ -120,6 +120,9 @@ type planner struct {
 	quarantine *fleetv1.Quarantine
 	// gateFailing: a gate fails in this pass (gatesFailing).
 	gateFailing bool
+	// waves: the canaries and the zone now rolling (canary.go), found once
+	// the held slots are settled.
+	waves *waveState
 }
 
 type freshStatus struct {

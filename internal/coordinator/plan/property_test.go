@@ -43,6 +43,7 @@ func TestPlanProperties(t *testing.T) {
 			w.nodes[name].OS, w.nodes[name].Arch = "linux", rapid.SampledFrom(arches).Draw(rt, "arch")
 			w.agentReports(name, imgV0, imageref.Pinned{}, fleetv1.PhaseWaiting)
 		}
+		drawWaves(rt, w)
 		// Targets: single manifests, and multi-arch indexes (the last
 		// without arm64, so arm64 nodes have no image while it is the target).
 		images := []imageref.Pinned{imgV1, imgV2, imgV3, propIndexes[0].target, propIndexes[1].target, propIndexes[2].target}
@@ -131,6 +132,7 @@ func TestPlanProperties(t *testing.T) {
 						late := fmt.Sprintf("late-%d", i)
 						w.addNode(late)
 						w.nodes[late].OS, w.nodes[late].Arch = "linux", rapid.SampledFrom(arches).Draw(rt, "lateArch")
+						drawWaveLabels(rt, w, late)
 					}
 				}
 			case 15:
@@ -395,6 +397,8 @@ func checkedStep(rt *rapid.T, w *world) {
 	w.apply(out)
 	// Every phase change is an edge of the slot lifecycle (transitions.go).
 	checkTransitions(rt.Fatalf, leasesBefore, out, in.Now, w)
+	// Canaries first and alone, then one zone at a time (amendment 26).
+	checkWaves(rt, w, in, out)
 
 	members := 0
 	for _, n := range w.nodes {

@@ -38,6 +38,62 @@ func RebootOrder(names []string, unavailable func(name string) bool) []string {
 	return q
 }
 
+// Waves is what the queue order needs of the rollout's waves (amendment
+// 26).
+type Waves struct {
+	// Canary: name is a canary and the canaries still go alone.
+	Canary func(name string) bool
+	// Zone is the node's zone (ZoneOf: "" for all under zoneOrder Any).
+	Zone func(name string) string
+	// Rolling is the zone under way (a node of it holds a reboot slot),
+	// which goes before the others; HasRolling says there is one.
+	Rolling    string
+	HasRolling bool
+}
+
+// WaveOrder puts q in the order of the rollout's waves, keeping q's order
+// within a wave (a stable sort): the canaries first, then the zone under
+// way, then each zone in name order, nodes without a zone last. Both
+// queues are ordered so: a node the planner will not grant yet waits
+// behind those it will.
+func WaveOrder(q []string, w Waves) []string {
+	out := append([]string(nil), q...)
+	rank := func(name string) (canary, rolling bool, zone string) {
+		z := w.Zone(name)
+		return w.Canary(name), w.HasRolling && z == w.Rolling, z
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		ci, ri, zi := rank(out[i])
+		cj, rj, zj := rank(out[j])
+		switch {
+		case ci != cj:
+			return ci
+		case ri != rj:
+			return ri
+		}
+		return ZoneBefore(zi, zj)
+	})
+	return out
+}
+
+// ZoneBefore reports whether zone a goes before zone b: in name order, ""
+// (no zone label) last.
+func ZoneBefore(a, b string) bool {
+	if (a == "") != (b == "") {
+		return b == ""
+	}
+	return a < b
+}
+
+// ZoneOf is the zone a node's zone label gives it under the pool's
+// zoneOrder: the label under Sequential (the default), "" under Any.
+func ZoneOf(order fleetv1.ZoneOrder, label string) string {
+	if order == fleetv1.ZoneOrderAny {
+		return ""
+	}
+	return label
+}
+
 // Windows is what a pool's maintenance windows say at one instant, as the
 // planner evaluates them (for `kubectl bootc-fleet`, which shows the next
 // opening live).

@@ -275,6 +275,16 @@ func writePass(b *strings.Builder, pass int, w *world, in Input, out Output, see
 		}
 	}
 	fmt.Fprintln(b)
+	if c := st.Canary; c != nil {
+		passed := "not yet"
+		if c.PassedTime != nil {
+			passed = "at +" + c.PassedTime.Sub(t0).String()
+		}
+		fmt.Fprintf(b, "  canary: target %s, nodes %s, passed %s\n", imgLabel(c.Target), orNone(strings.Join(c.Nodes, " ")), passed)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, fleetv1.PoolProgressing); c != nil && c.Reason == fleetv1.ReasonCanaryWaiting {
+		fmt.Fprintf(b, "  progressing: %s\n", c.Message)
+	}
 }
 
 func nodeLine(w *world, n Node) string {
@@ -284,6 +294,12 @@ func nodeLine(w *world, n Node) string {
 	}
 	if n.Unschedulable {
 		line += " cordoned"
+	}
+	if n.Zone != "" {
+		line += " zone " + n.Zone
+	}
+	if n.Canary {
+		line += " canary-labelled"
 	}
 	line += fmt.Sprintf(" boot %d", w.boots[n.Name])
 	bn := w.bns[n.Name]

@@ -33,6 +33,7 @@ func (p *planner) status() {
 	p.haltedCondition(set, halted, c.failed)
 	p.degradedCondition(set, c)
 	p.progressConditions(set, &st, c.notUpdated, halted, held)
+	p.canaryStatus(set, &st)
 	p.agentsCondition(set, quiet, refusing)
 	p.platformCondition(set)
 	p.membershipCondition(prev.Conditions, set)

@@ -117,6 +117,10 @@ type Node struct {
 	// Held: the Node carries fleetv1.AnnotationHold; HoldReason is its value.
 	Held       bool
 	HoldReason string
+	// Zone is the Node's fleetv1.LabelZone label; Canary: it carries
+	// fleetv1.LabelCanary (any value). The rollout's waves (amendment 26).
+	Zone   string
+	Canary bool
 }
 
 // SlotState is what a slot Lease reads as.
