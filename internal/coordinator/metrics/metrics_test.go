@@ -161,3 +161,15 @@ func TestRegisteredOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestNamesListsEveryCollector(t *testing.T) {
+	got := Names()
+	for _, w := range want {
+		if !slices.Contains(got, w.name) {
+			t.Errorf("Names() lacks %s", w.name)
+		}
+	}
+	if !slices.Contains(got, namespace+"_leader") || len(got) != len(want)+2 { // + conflicts_total, leader
+		t.Errorf("Names() = %v", got)
+	}
+}

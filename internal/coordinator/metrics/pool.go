@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"regexp"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // The gauges below are set on every pass from the same values the pool's
 // status is written from (the plan's status, the slot Leases as read), so an
@@ -70,4 +74,27 @@ func Bool(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// fqName is the name in a Desc's String form (the Desc has no getter).
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// Names lists the names of every metric this package registers, with or
+// without series: what alert rules and dashboards may use.
+func Names() []string {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, v := range vecs {
+			v.Describe(ch)
+		}
+		Leader.Describe(ch)
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	return names
 }
