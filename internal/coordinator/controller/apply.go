@@ -104,7 +104,7 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		return applied, err
 	}
 	r.observeMetrics(pool.Name, w, in)
-	r.progress.observePool(pool, out.Status, w.leases, in.Now)
+	r.progress.observePool(pool, out.Status, w.leases, in)
 	return applied, nil
 }
 

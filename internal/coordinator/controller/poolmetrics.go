@@ -1,12 +1,12 @@
 package controller
 
 import (
-	"regexp"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -42,14 +42,16 @@ func (p *poolProgress) forget(pool string) {
 	delete(p.pools, pool)
 }
 
-// validReason bounds a failure reason read from a slot Lease before it
-// becomes a label value: a CamelCase word, as the coordinator writes it.
-var validReason = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,62}$`)
+// maxReportedFailedSeries bounds the NodeFailed series of nodes whose own
+// agent reports the failure (SignatureRejected), which any number of a
+// pool's nodes may do; slot-marked failures are bounded by the slot count.
+const maxReportedFailedSeries = 100
 
-// observePool sets the pool gauges from the status this pass computed and
-// the slot Leases as read and written in it, and counts as progress more nodes updated and a new
-// target (grants and releases are counted where they are written).
-func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus, leases map[string]*coordinationv1.Lease, now time.Time) {
+// observePool sets the pool gauges from the status this pass computed, the
+// slot Leases as read and written in it and the nodes it planned with, and
+// counts as progress more nodes updated and a new target (grants and
+// releases are counted where they are written).
+func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus, leases map[string]*coordinationv1.Lease, in plan.Input) {
 	name := pool.Name
 	metrics.PoolNodes.WithLabelValues(name).Set(float64(st.Nodes))
 	metrics.PoolNodesUpdated.WithLabelValues(name).Set(float64(st.Updated))
@@ -57,35 +59,9 @@ func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.Bootc
 	metrics.PoolHalted.WithLabelValues(name).Set(metrics.Bool(meta.IsStatusConditionTrue(st.Conditions, fleetv1.PoolHalted)))
 	metrics.PoolPaused.WithLabelValues(name).Set(metrics.Bool(pool.Spec.Rollout.Paused))
 	w := meta.FindStatusCondition(st.Conditions, fleetv1.PoolMaintenanceWindow)
-	metrics.PoolInWindow.WithLabelValues(name).Set(metrics.Bool(w == nil || w.Status == "True"))
-
-	budget := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
-	held, failed := map[[3]string]bool{}, map[[3]string]bool{}
-	for _, l := range leases {
-		s, ok := plan.ParseSlot(name, l)
-		if !ok {
-			continue
-		}
-		budget[s.Kind]++
-		if s.State != plan.SlotHeld {
-			continue
-		}
-		k := [3]string{name, s.Holder, string(s.Kind)}
-		held[k] = true
-		metrics.NodeSlotHeldSince.WithLabelValues(k[:]...).Set(float64(s.Grant.Acquired.Unix()))
-		if s.Grant.Failure != "" {
-			reason := s.Grant.Failure
-			if !validReason.MatchString(reason) {
-				reason = "Invalid"
-			}
-			f := [3]string{name, s.Holder, reason}
-			failed[f] = true
-			metrics.NodeFailed.WithLabelValues(f[:]...).Set(1)
-		}
-	}
-	for k, n := range budget {
-		metrics.PoolSlots.WithLabelValues(name, string(k)).Set(float64(n))
-	}
+	metrics.PoolInWindow.WithLabelValues(name).Set(metrics.Bool(w == nil || w.Status == metav1.ConditionTrue))
+	held, failed := slotSeries(name, leases)
+	reportedFailures(name, in, failed)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -95,7 +71,7 @@ func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.Bootc
 		p.pools[name] = m
 	}
 	if !seen || st.Updated > m.updated || st.TargetImage != m.target {
-		p.moved(name, now)
+		p.moved(name, in.Now)
 	}
 	m.updated, m.target = st.Updated, st.TargetImage
 	for k := range m.held {
@@ -109,4 +85,63 @@ func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.Bootc
 		}
 	}
 	m.held, m.failed = held, failed
+}
+
+// slotSeries sets the slot budget, and a held-since series per held slot
+// and a failed series per slot marked failed; it returns the label sets of
+// the last two.
+func slotSeries(pool string, leases map[string]*coordinationv1.Lease) (held, failed map[[3]string]bool) {
+	budget := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
+	held, failed = map[[3]string]bool{}, map[[3]string]bool{}
+	for _, l := range leases {
+		s, ok := plan.ParseSlot(pool, l)
+		if !ok {
+			continue
+		}
+		budget[s.Kind]++
+		if s.State != plan.SlotHeld {
+			continue
+		}
+		k := [3]string{pool, s.Holder, string(s.Kind)}
+		held[k] = true
+		metrics.NodeSlotHeldSince.WithLabelValues(k[:]...).Set(float64(s.Grant.Acquired.Unix()))
+		// The codec takes only a CamelCase reason as a failure mark
+		// (a slot with another is malformed, not held): a bounded label.
+		if s.Grant.Failure != "" {
+			f := [3]string{pool, s.Holder, s.Grant.Failure}
+			failed[f] = true
+			metrics.NodeFailed.WithLabelValues(f[:]...).Set(1)
+		}
+	}
+	for k, n := range budget {
+		metrics.PoolSlots.WithLabelValues(pool, string(k)).Set(float64(n))
+	}
+	return held, failed
+}
+
+// reportedFailures adds to failed (and sets) a series for each node of the
+// pool whose agent reports, in the node's current boot, that bootc refused
+// its desired image under the signature policy (amendment 14), at most
+// maxReportedFailedSeries of them.
+func reportedFailures(pool string, in plan.Input, failed map[[3]string]bool) {
+	boot := map[string]string{}
+	for _, n := range in.Nodes {
+		if n.InPool {
+			boot[n.Name] = n.BootID
+		}
+	}
+	n := 0
+	for _, bn := range in.BootcNodes {
+		st := bn.Status
+		if b, ok := boot[bn.Name]; !ok || b == "" || st.BootID != b || bn.Spec.DesiredImage == "" ||
+			st.Phase != fleetv1.PhaseDegraded || st.Reason != fleetv1.ReasonSignatureRejected {
+			continue
+		}
+		if n++; n > maxReportedFailedSeries {
+			return
+		}
+		f := [3]string{pool, bn.Name, fleetv1.ReasonSignatureRejected}
+		failed[f] = true
+		metrics.NodeFailed.WithLabelValues(f[:]...).Set(1)
+	}
 }

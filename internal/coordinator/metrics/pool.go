@@ -48,11 +48,12 @@ var (
 	}, []string{LabelPool, LabelNode, LabelKind})
 
 	// NodeFailed has one series per slot marked failed (the slot stays held
-	// until the node is back): at most the pool's slot count.
+	// until the node is back), at most the pool's slot count, and one per
+	// node whose agent reports SignatureRejected, at most 100 a pool.
 	NodeFailed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace,
 		Name:      "node_failed",
-		Help:      "1 for each node whose slot the coordinator marked failed, by pool, node and reason (e.g. RebootTimeout).",
+		Help:      "1 for each node that failed on its target: its slot marked failed by the coordinator (e.g. RebootTimeout), or its agent reporting SignatureRejected; by pool, node and reason.",
 	}, []string{LabelPool, LabelNode, LabelReason})
 
 	// Leader is 1 in the replica that leads (and reconciles), 0 in the
