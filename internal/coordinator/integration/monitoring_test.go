@@ -62,23 +62,38 @@ func value(fams map[string]*dto.MetricFamily, fam string, labels map[string]stri
 	return 0, false
 }
 
-// metricNamesUsed are the coordinator metric names the chart's alert rules
-// and dashboard query (histogram series suffixes folded into the family).
-func metricNamesUsed(t *testing.T) map[string][]string {
+// monitoringFiles are the chart's rules and dashboard, by file name.
+func monitoringFiles(t *testing.T) map[string]string {
 	t.Helper()
 	dir := filepath.Join(envtest.RepoRoot(), "packaging", "chart", "monitoring")
-	name := regexp.MustCompile(`\bbootc_fleet_[a-z0-9_]*[a-z0-9]`)
-	used := map[string][]string{}
+	files := map[string]string{}
 	for _, f := range []string{"rules.yaml", "dashboard.json"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range name.FindAllString(string(b), -1) {
-			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				n = strings.TrimSuffix(n, suffix)
-			}
-			if !slices.Contains(used[n], f) {
+		files[f] = string(b)
+	}
+	return files
+}
+
+// family folds a histogram's series suffixes into its family name.
+func family(n string) string {
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		n = strings.TrimSuffix(n, suffix)
+	}
+	return n
+}
+
+// metricNamesUsed are the coordinator metric families the chart's alert
+// rules and dashboard query, with the files that query each.
+func metricNamesUsed(t *testing.T) map[string][]string {
+	t.Helper()
+	name := regexp.MustCompile(`\bbootc_fleet_[a-z0-9_]*[a-z0-9]`)
+	used := map[string][]string{}
+	for f, text := range monitoringFiles(t) {
+		for _, n := range name.FindAllString(text, -1) {
+			if n = family(n); !slices.Contains(used[n], f) {
 				used[n] = append(used[n], f)
 			}
 		}
@@ -87,6 +102,37 @@ func metricNamesUsed(t *testing.T) map[string][]string {
 		t.Fatal("no metric names found in the rules and the dashboard")
 	}
 	return used
+}
+
+// checkGroupingLabels checks that every label the rules and the dashboard
+// aggregate a served family by (`by (pool, node) (metric`) is one its
+// series carry: an alert grouped by a label the coordinator does not set
+// would fire without it, or not tell the pools apart.
+func checkGroupingLabels(t *testing.T, fams map[string]*dto.MetricFamily) {
+	t.Helper()
+	by := regexp.MustCompile(`by \(([a-z_, ]+)\) \((?:[a-z_]+\()?(bootc_fleet_[a-z0-9_]*[a-z0-9])`)
+	checked := 0
+	for f, text := range monitoringFiles(t) {
+		for _, m := range by.FindAllStringSubmatch(text, -1) {
+			fam := fams[family(m[2])]
+			if fam == nil || len(fam.GetMetric()) == 0 {
+				continue
+			}
+			have := map[string]bool{"le": fam.GetType() == dto.MetricType_HISTOGRAM}
+			for _, l := range fam.GetMetric()[0].GetLabel() {
+				have[l.GetName()] = true
+			}
+			for _, l := range strings.Split(m[1], ",") {
+				if l = strings.TrimSpace(l); !have[l] {
+					t.Errorf("%s groups %s by %q, a label its series do not carry", f, fam.GetName(), l)
+				}
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Error("no grouping checked")
+	}
 }
 
 // checkHaltedPoolMetrics scrapes a coordinator whose pool halted on a node
@@ -142,6 +188,7 @@ func checkHaltedPoolMetrics(t *testing.T, addr, pool, stuck string) {
 		}
 	}
 
+	checkGroupingLabels(t, fams)
 	registered := metrics.Names()
 	var served, onlyRegistered []string
 	for n, files := range metricNamesUsed(t) {
