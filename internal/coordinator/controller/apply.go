@@ -104,6 +104,7 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		return applied, err
 	}
 	r.observeMetrics(pool.Name, w, in)
+	r.progress.observePool(pool, out.Status, w.leases, in)
 	return applied, nil
 }
 
@@ -325,12 +326,16 @@ func (r *poolReconciler) slotChanged(log logr.Logger, pool string, c plan.SlotCh
 	switch c.Op {
 	case plan.OpGrant:
 		metrics.Grants.WithLabelValues(pool, string(c.Kind)).Inc()
+		metrics.PoolLastGrant.WithLabelValues(pool).Set(float64(now.Unix()))
+		r.progress.moved(pool, now)
 		r.mu.Lock()
 		if since, ok := r.waiting[waitKey(pool, c.Node, c.Kind)]; ok {
 			metrics.GrantLatency.WithLabelValues(pool, string(c.Kind)).Observe(now.Sub(since).Seconds())
 			delete(r.waiting, waitKey(pool, c.Node, c.Kind))
 		}
 		r.mu.Unlock()
+	case plan.OpRelease:
+		r.progress.moved(pool, now)
 	case plan.OpRevoke:
 		metrics.Revokes.WithLabelValues(pool, c.Why).Inc()
 	case plan.OpMarkFailed:

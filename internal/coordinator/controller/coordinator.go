@@ -33,6 +33,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/drain"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/metrics"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/resolve"
 )
 
@@ -214,6 +215,9 @@ func New(cfg *rest.Config, opts Options) (*Coordinator, error) {
 	if err := addProbes(mgr); err != nil {
 		return nil, err
 	}
+	if err := addLeaderGauge(mgr); err != nil {
+		return nil, err
+	}
 	return &Coordinator{mgr: mgr}, nil
 }
 
@@ -310,6 +314,7 @@ func newPoolReconciler(mgr manager.Manager, opts Options, log logr.Logger, undec
 		opts:          opts,
 		log:           log,
 		waiting:       map[string]time.Time{},
+		progress:      newPoolProgress(),
 		statusWritten: map[string]time.Time{},
 		statusDue:     map[string]time.Duration{},
 		seen:          newHeartbeats(),
@@ -331,6 +336,19 @@ func addProbes(mgr manager.Manager) error {
 		}
 		return nil
 	})
+}
+
+// addLeaderGauge sets metrics.Leader to 1 while this replica leads: the
+// manager starts a RunnableFunc only once elected (at once without leader
+// election) and stops it when it stops leading.
+func addLeaderGauge(mgr manager.Manager) error {
+	metrics.Leader.Set(0)
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		metrics.Leader.Set(1)
+		<-ctx.Done()
+		metrics.Leader.Set(0)
+		return nil
+	}))
 }
 
 // Run runs the coordinator until ctx ends; it returns nil on a clean shutdown.

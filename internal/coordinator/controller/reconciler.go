@@ -54,6 +54,8 @@ type poolReconciler struct {
 
 	mu      sync.Mutex
 	waiting map[string]time.Time // pool/node/kind -> first seen waiting, for GrantLatency
+	// progress: what the progress gauges compare with (poolmetrics.go).
+	progress *poolProgress
 	// statusWritten: when each pool's status was last written; statusDue:
 	// how soon a status left unwritten must be (writeStatus).
 	statusWritten map[string]time.Time
@@ -227,6 +229,7 @@ func (r *poolReconciler) poolGone(ctx context.Context, name string) (reconcile.R
 	r.mu.Unlock()
 	r.drains.forgetExcept(name, nil)
 	r.forgetPool(name)
+	r.progress.forget(name)
 	r.slotClock.forget(name)
 	r.gate.forget(name)
 	metrics.ForgetPool(name)

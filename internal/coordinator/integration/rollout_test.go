@@ -18,6 +18,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
 
@@ -162,7 +163,8 @@ func TestNodeThatNeverReturnsTimesOutThenHalts(t *testing.T) {
 		f.node(n).offline = true // their agents start once the pool halted
 	}
 	f.run(ctx, 2)
-	startCoordinator(t, "halt", nil)
+	metricsAddr := freeAddr(t)
+	startCoordinator(t, "halt", func(o *controller.Options) { o.MetricsBindAddress = metricsAddr })
 	f.createPool(func(p *fleetv1.BootcNodePool) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(2))
@@ -173,6 +175,7 @@ func TestNodeThatNeverReturnsTimesOutThenHalts(t *testing.T) {
 		c := f.condition(fleetv1.PoolHalted)
 		return c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonFailuresReached, c.Message
 	})
+	checkHaltedPoolMetrics(t, metricsAddr, "halt", stuck)
 	var failed *coordinationv1.Lease
 	for _, l := range f.leases(ctx) {
 		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == stuck {

@@ -20,6 +20,7 @@ const (
 	LabelPhase  = "phase"  // BootcNode phase: Idle, Waiting, Staging, ...
 	LabelResult = "result" // drain outcome: see Drain* below
 	LabelReason = "reason" // CamelCase reason, e.g. RebootTimeout
+	LabelNode   = "node"   // Node name, only on series of nodes holding a slot
 )
 
 // Values of LabelResult on DrainDuration.
@@ -95,16 +96,20 @@ var (
 	}, []string{LabelPool})
 )
 
-// vecs lists every collector, for registration and ForgetPool.
+// vecs lists every collector with a pool label, for registration and
+// ForgetPool.
 var vecs = []interface {
 	prometheus.Collector
 	DeletePartialMatch(prometheus.Labels) int
-}{SlotsHeld, NodesByPhase, GrantLatency, DrainDuration, Failures, Grants, Revokes, Conflicts}
+}{SlotsHeld, NodesByPhase, GrantLatency, DrainDuration, Failures, Grants, Revokes, Conflicts,
+	PoolNodes, PoolNodesUpdated, PoolNodesQuiet, PoolHalted, PoolPaused, PoolInWindow, PoolSlots,
+	PoolLastGrant, PoolLastProgress, NodeSlotHeldSince, NodeFailed}
 
 func init() {
 	for _, v := range vecs {
 		crmetrics.Registry.MustRegister(v)
 	}
+	crmetrics.Registry.MustRegister(Leader)
 }
 
 // ForgetPool deletes every series of pool.

@@ -19,6 +19,17 @@ func record(pool string) {
 	Failures.WithLabelValues(pool, "RebootTimeout").Inc()
 	Grants.WithLabelValues(pool, "reboot").Inc()
 	Revokes.WithLabelValues(pool, "ImageChanged").Inc()
+	PoolNodes.WithLabelValues(pool).Set(10)
+	PoolNodesUpdated.WithLabelValues(pool).Set(4)
+	PoolNodesQuiet.WithLabelValues(pool).Set(1)
+	PoolHalted.WithLabelValues(pool).Set(0)
+	PoolPaused.WithLabelValues(pool).Set(0)
+	PoolInWindow.WithLabelValues(pool).Set(1)
+	PoolSlots.WithLabelValues(pool, "reboot").Set(3)
+	PoolLastGrant.WithLabelValues(pool).Set(1.7e9)
+	PoolLastProgress.WithLabelValues(pool).Set(1.7e9)
+	NodeSlotHeldSince.WithLabelValues(pool, "node-1", "reboot").Set(1.7e9)
+	NodeFailed.WithLabelValues(pool, "node-2", "RebootTimeout").Set(1)
 }
 
 var want = []struct {
@@ -34,6 +45,17 @@ var want = []struct {
 	{"bootc_fleet_coordinator_failures_total", dto.MetricType_COUNTER, []string{"pool", "reason"}, "failed"},
 	{"bootc_fleet_coordinator_grants_total", dto.MetricType_COUNTER, []string{"kind", "pool"}, "grants issued"},
 	{"bootc_fleet_coordinator_revokes_total", dto.MetricType_COUNTER, []string{"pool", "reason"}, "revoked"},
+	{"bootc_fleet_coordinator_pool_nodes", dto.MetricType_GAUGE, []string{"pool"}, "status.nodes"},
+	{"bootc_fleet_coordinator_pool_nodes_updated", dto.MetricType_GAUGE, []string{"pool"}, "status.updated"},
+	{"bootc_fleet_coordinator_pool_nodes_quiet", dto.MetricType_GAUGE, []string{"pool"}, "status.quiet"},
+	{"bootc_fleet_coordinator_pool_halted", dto.MetricType_GAUGE, []string{"pool"}, "halted"},
+	{"bootc_fleet_coordinator_pool_paused", dto.MetricType_GAUGE, []string{"pool"}, "paused"},
+	{"bootc_fleet_coordinator_pool_in_window", dto.MetricType_GAUGE, []string{"pool"}, "windows"},
+	{"bootc_fleet_coordinator_pool_slots", dto.MetricType_GAUGE, []string{"kind", "pool"}, "budget"},
+	{"bootc_fleet_coordinator_pool_last_grant_timestamp_seconds", dto.MetricType_GAUGE, []string{"pool"}, "last slot grant"},
+	{"bootc_fleet_coordinator_pool_last_progress_timestamp_seconds", dto.MetricType_GAUGE, []string{"pool"}, "progressed"},
+	{"bootc_fleet_coordinator_node_slot_held_since_timestamp_seconds", dto.MetricType_GAUGE, []string{"kind", "node", "pool"}, "acquired"},
+	{"bootc_fleet_coordinator_node_failed", dto.MetricType_GAUGE, []string{"node", "pool", "reason"}, "marked failed"},
 }
 
 func names() []string {
@@ -109,7 +131,7 @@ func TestForgetPoolDeletesOnlyThatPool(t *testing.T) {
 	ForgetPool("gone")
 
 	for name, f := range gather(t) {
-		if !strings.HasPrefix(name, namespace+"_") {
+		if !strings.HasPrefix(name, namespace+"_") || name == namespace+"_leader" {
 			continue
 		}
 		pools := map[string]bool{}
@@ -137,5 +159,17 @@ func TestRegisteredOnce(t *testing.T) {
 		if err := crmetrics.Registry.Register(v); err == nil {
 			t.Fatal("a collector registered twice without error: it was not registered at init")
 		}
+	}
+}
+
+func TestNamesListsEveryCollector(t *testing.T) {
+	got := Names()
+	for _, w := range want {
+		if !slices.Contains(got, w.name) {
+			t.Errorf("Names() lacks %s", w.name)
+		}
+	}
+	if !slices.Contains(got, namespace+"_leader") || len(got) != len(want)+2 { // + conflicts_total, leader
+		t.Errorf("Names() = %v", got)
 	}
 }
