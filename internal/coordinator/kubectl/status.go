@@ -69,37 +69,50 @@ func Status(ctx context.Context, c client.Client, pool string, now time.Time) (*
 }
 
 func (r *reader) status(ctx context.Context, pool string) (*StatusReport, error) {
-	var pools []fleetv1.BootcNodePool
+	rep := &StatusReport{Time: metav1.Time{Time: r.now}, Pools: []PoolReport{}}
 	if pool != "" {
-		p, err := r.pool(ctx, pool)
+		v, err := r.poolWithNodes(ctx, pool)
 		if err != nil {
 			return nil, err
 		}
-		pools = []fleetv1.BootcNodePool{*p}
-	} else {
-		var err error
-		if pools, err = r.pools(ctx); err != nil {
-			return nil, err
+		rep.Pools = append(rep.Pools, v.poolReport())
+		for _, name := range v.members {
+			rep.Nodes = append(rep.Nodes, v.nodeReport(name))
 		}
+		return rep, nil
+	}
+	pools, err := r.pools(ctx)
+	if err != nil {
+		return nil, err
 	}
 	leases, err := r.slotLeases(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep := &StatusReport{Time: metav1.Time{Time: r.now}, Pools: []PoolReport{}}
 	for i := range pools {
-		v := r.view(&pools[i], leases[pools[i].Name])
-		rep.Pools = append(rep.Pools, v.poolReport())
-		if pool != "" {
-			if err := r.withNodes(ctx, v); err != nil {
-				return nil, err
-			}
-			for _, name := range v.members {
-				rep.Nodes = append(rep.Nodes, v.nodeReport(name))
-			}
-		}
+		rep.Pools = append(rep.Pools, r.view(&pools[i], leases[pools[i].Name]).poolReport())
 	}
 	return rep, nil
+}
+
+// poolWithNodes reads pool, its members, then its slots: in this order, so
+// that the slots are never older than the coordinator's notes on the
+// members (see current).
+func (r *reader) poolWithNodes(ctx context.Context, pool string) (*poolView, error) {
+	p, err := r.pool(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	v := r.newView(p)
+	if err := r.withNodes(ctx, v); err != nil {
+		return nil, err
+	}
+	leases, err := r.slotLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.setSlots(leases[p.Name])
+	return v, nil
 }
 
 func (v *poolView) poolReport() PoolReport {
