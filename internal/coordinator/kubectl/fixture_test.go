@@ -218,7 +218,11 @@ func (f *fixture) pool(name, role string, nodes, updated, held int32, paused boo
 			Paused: paused, Windows: windows},
 	}}
 	f.create(p)
-	p.Status = fleetv1.BootcNodePoolStatus{Nodes: nodes, Updated: updated, Held: held, Conditions: conds}
+	// As the coordinator writes it: of the generation it looked at.
+	for i := range conds {
+		conds[i].ObservedGeneration = p.Generation
+	}
+	p.Status = fleetv1.BootcNodePoolStatus{ObservedGeneration: p.Generation, Nodes: nodes, Updated: updated, Held: held, Conditions: conds}
 	if nodes > 0 {
 		p.Status.TargetImage = repo + "@" + newDg
 	}

@@ -24,6 +24,8 @@ type StatusReport struct {
 	Pools []PoolReport `json:"pools"`
 	// Nodes are the nodes of POOL (only with a POOL argument), by name.
 	Nodes []NodeReport `json:"nodes,omitempty"`
+	// settled: every pool is up to date on its current target, or halted.
+	settled bool
 }
 
 // PoolReport is one pool.
@@ -76,6 +78,7 @@ func (r *reader) status(ctx context.Context, pool string) (*StatusReport, error)
 			return nil, err
 		}
 		rep.Pools = append(rep.Pools, v.poolReport())
+		rep.settled = settled(v.pool)
 		for _, name := range v.members {
 			rep.Nodes = append(rep.Nodes, v.nodeReport(name))
 		}
@@ -89,8 +92,10 @@ func (r *reader) status(ctx context.Context, pool string) (*StatusReport, error)
 	if err != nil {
 		return nil, err
 	}
+	rep.settled = len(pools) > 0
 	for i := range pools {
 		rep.Pools = append(rep.Pools, r.view(&pools[i], leases[pools[i].Name]).poolReport())
+		rep.settled = rep.settled && settled(&pools[i])
 	}
 	return rep, nil
 }
