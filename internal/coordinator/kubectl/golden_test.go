@@ -145,7 +145,8 @@ func TestGolden(t *testing.T) {
 		if !ok && s.check != nil {
 			t.Fatalf("step %s failed; later steps depend on it", s.name)
 		}
-	}	// Last: these move pool app.
+	}
+	// Last: these move pool app.
 	t.Run("watch-and-wait", func(t *testing.T) { watchAndWait(t, admin) })
 }
 
