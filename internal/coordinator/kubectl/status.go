@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,19 +73,14 @@ func Status(ctx context.Context, c client.Client, pool string, now time.Time) (*
 }
 
 func (r *reader) status(ctx context.Context, pool string) (*StatusReport, error) {
-	rep := &StatusReport{Time: metav1.Time{Time: r.now}, Pools: []PoolReport{}}
 	if pool != "" {
 		v, err := r.poolWithNodes(ctx, pool)
 		if err != nil {
 			return nil, err
 		}
-		rep.Pools = append(rep.Pools, v.poolReport())
-		rep.settled = settled(v.pool)
-		for _, name := range v.members {
-			rep.Nodes = append(rep.Nodes, v.nodeReport(name))
-		}
-		return rep, nil
+		return v.report(), nil
 	}
+	rep := &StatusReport{Time: metav1.Time{Time: r.now}, Pools: []PoolReport{}}
 	pools, err := r.pools(ctx)
 	if err != nil {
 		return nil, err
@@ -98,6 +95,35 @@ func (r *reader) status(ctx context.Context, pool string) (*StatusReport, error)
 		rep.settled = rep.settled && settled(&pools[i])
 	}
 	return rep, nil
+}
+
+// report is `status POOL` of the view.
+func (v *poolView) report() *StatusReport {
+	rep := &StatusReport{Time: metav1.Time{Time: v.now}, Pools: []PoolReport{v.poolReport()}, settled: settled(v.pool)}
+	for _, name := range v.members {
+		rep.Nodes = append(rep.Nodes, v.nodeReport(name))
+	}
+	return rep
+}
+
+// PoolRead is one pool read once: the objects and the report composed
+// from them, so that a caller showing both shows one moment.
+type PoolRead struct {
+	Report     *StatusReport
+	Pool       *fleetv1.BootcNodePool
+	Nodes      map[string]*corev1.Node // the pool's members by name
+	BootcNodes map[string]*fleetv1.BootcNode
+	Leases     []coordinationv1.Lease // the pool's slot Leases
+}
+
+// ReadPool reads pool, its members and its slots once, and composes
+// `status POOL` from them.
+func ReadPool(ctx context.Context, c client.Client, pool string, now time.Time) (*PoolRead, error) {
+	v, err := (&reader{c: c, now: now.UTC()}).poolWithNodes(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return &PoolRead{Report: v.report(), Pool: v.pool, Nodes: v.nodes, BootcNodes: v.bns, Leases: v.leases}, nil
 }
 
 // poolWithNodes reads pool, its members, then its slots: in this order, so
