@@ -39,7 +39,31 @@ func (v *poolView) current(name string) (state, reason string) {
 	if img, ok := v.onDesired(name); ok {
 		return fleetv1.RolloutUpdated, "runs " + img + "; it gave its slot up after the coordinator wrote its note (" + stored + ")"
 	}
+	if v.stagedDesired(name) && !v.rebootsBlocked() {
+		// What the coordinator writes next (plan's explain): in the
+		// reboot queue, which waiting() words.
+		return fleetv1.RolloutWaitingForRebootSlot, "staged; waiting for a reboot slot: it gave its stage slot up after the coordinator wrote its note (" + stored + ")"
+	}
 	return stored, "holds no slot any more; what it does next is not written yet; " + olderNote(stored, coord)
+}
+
+// stagedDesired: the node's agent reports, in the Node's current boot, the
+// digest its BootcNode asks for staged download-only.
+func (v *poolView) stagedDesired(name string) bool {
+	bn, n := v.bns[name], v.nodes[name]
+	if bn == nil || n == nil || bn.Status.Staged == nil || !bn.Status.Staged.DownloadOnly || bn.Status.BootID != n.Status.NodeInfo.BootID {
+		return false
+	}
+	want := bn.Spec.DesiredImage
+	at := strings.LastIndex(want, "@")
+	return at >= 0 && want[at+1:] == bn.Status.Staged.Digest
+}
+
+// rebootsBlocked: the pool grants no reboot slot now (paused, halted,
+// outside its windows), so a staged node is not in the reboot queue.
+func (v *poolView) rebootsBlocked() bool {
+	w := plan.WindowsAt(v.pool.Spec.Rollout.Windows, v.now)
+	return v.pool.Spec.Rollout.Paused || halted(v.pool) != nil || w.Err != nil || (w.Configured && !w.Open)
 }
 
 // olderNote quotes the coordinator's note, older than the slots.

@@ -67,8 +67,8 @@ func seed(t *testing.T, c client.Client) {
 		})
 	f.pool("empty", "none", 0, 0, 0, false, nil, nil)
 	// app: the coordinator's notes are a moment older than its slots.
-	f.pool("app", "app", 4, 1, 0, false, nil, []metav1.Condition{
-		cond(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, "1 of 4 node(s) run "+target+"; waiting: app-1, app-2, app-4"),
+	f.pool("app", "app", 5, 1, 0, false, nil, []metav1.Condition{
+		cond(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, "1 of 5 node(s) run "+target+"; waiting: app-1, app-2, app-4, app-5"),
 	})
 	// done: every node on the target, the status of the current generation.
 	f.pool("done", "done", 2, 2, 0, false, nil, nil)
@@ -98,6 +98,8 @@ func seed(t *testing.T, c client.Client) {
 		{name: "app-3", pool: "app", ready: true, booted: newDg, phase: fleetv1.PhaseIdle, agentReason: fleetv1.ReasonUpToDate, state: fleetv1.RolloutRebooting, reason: "rebooting into " + repo + "@sha256:222222222222… under reboot slot app-reboot-1"},
 		// Staged, its stage slot just released: the note still says Staging.
 		{name: "app-4", pool: "app", ready: true, booted: oldDg, staged: newDg, phase: fleetv1.PhaseStaged, state: fleetv1.RolloutStaging, reason: "downloading and staging " + repo + "@sha256:222222222222… under stage slot app-stage-0"},
+		// Its stage failed and its stage slot was released: the note still says Staging.
+		{name: "app-5", pool: "app", ready: true, booted: oldDg, phase: fleetv1.PhaseWaiting, agentReason: fleetv1.ReasonStageFailed, message: "error: Switching: pull timed out", state: fleetv1.RolloutStaging, reason: "downloading and staging " + repo + "@sha256:222222222222… under stage slot app-stage-0"},
 		{name: "done-1", pool: "done", ready: true, booted: newDg, phase: fleetv1.PhaseIdle, agentReason: fleetv1.ReasonUpToDate, state: fleetv1.RolloutUpdated, reason: "runs " + repo + "@sha256:222222222222…"},
 		{name: "done-2", pool: "done", ready: true, booted: newDg, phase: fleetv1.PhaseIdle, agentReason: fleetv1.ReasonUpToDate, state: fleetv1.RolloutUpdated, reason: "runs " + repo + "@sha256:222222222222…"},
 	} {

@@ -21,10 +21,10 @@ const (
 	ForHalted   = fleetv1.PoolHalted
 )
 
-// ErrHalted: the pool halted while `wait` waited for it to be up to date.
+// ErrHalted is the error of a `wait` for UpToDate whose pool halted.
 var ErrHalted = errors.New("halted")
 
-// ErrTimedOut: `wait --timeout` ran out.
+// ErrTimedOut is the error of a `wait` whose --timeout ran out.
 var ErrTimedOut = errors.New("timed out")
 
 // upToDate reports whether pool p is up to date on the target of its

@@ -71,10 +71,10 @@ func watchAndWait(t *testing.T, kc string) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: "app"}, p); err != nil {
 		t.Fatal(err)
 	}
-	p.Status.Updated = 4
+	p.Status.Updated = 5
 	p.Status.Conditions = nil
 	for _, c := range []struct{ typ, reason string }{{fleetv1.PoolUpToDate, fleetv1.ReasonAllUpdated}, {fleetv1.PoolProgressing, fleetv1.ReasonAllUpdated}} {
-		cc := cond(c.typ, "True", c.reason, "all 4 node(s) run "+repo+"@"+newDg)
+		cc := cond(c.typ, "True", c.reason, "all 5 node(s) run "+repo+"@"+newDg)
 		if c.typ == fleetv1.PoolProgressing {
 			cc.Status = "False"
 		}
