@@ -4,11 +4,13 @@
 #   bootc-fleet-{agent,coordinator}-linux-{amd64,arm64}        static binaries
 #   bootc-fleet-{agent,coordinator}-VERSION-linux-ARCH.oci.tar  the images
 #   kubectl-bootc_fleet-linux-{amd64,arm64}                     the kubectl plugin
+#   kubectl-bootc_fleet-VERSION-linux-ARCH.tar.gz, bootc-fleet.yaml  its krew archives and manifest (krew.sh)
 #   bootc-fleet-VERSION.yaml    `kubectl kustomize packaging/`, image pinned to VERSION
 #   bootc-fleet-X.Y.Z.tgz       the Helm chart (`helm package`), appVersion VERSION
 #   SHA256SUMS                  of all of the above
 #
-# Environment: VERSION, KUBECTL, HELM (paths), and what build-images.sh reads.
+# Environment: VERSION, KUBECTL, HELM (paths), and what build-images.sh and
+# krew.sh read.
 set -euo pipefail
 die() { echo "release.sh: $*" >&2; exit 1; }
 [[ $# -eq 1 ]] || die "usage: release.sh OUT"
@@ -38,6 +40,7 @@ for prog in agent coordinator; do
 done
 got=$("$out/kubectl-bootc_fleet-linux-$host" --version)
 [[ "$got" == *"$VERSION"* ]] || die "kubectl-bootc_fleet --version printed '$got', want it to name $VERSION"
+bash packaging/krew.sh "$out"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -16,7 +16,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -127,40 +126,29 @@ type nodeRow struct {
 	reboots             int
 }
 
-// collect reads the pool, BootcNodes, Nodes and slot Leases through the
-// admin client, plus what the harness knows (reboots, nodes down).
+// collect reads the pool, its BootcNodes, Nodes and slot Leases once,
+// through the plugin (kubectl.ReadPool), plus what the harness knows
+// (reboots, nodes down): the table and the "why" list are composed from
+// the same objects, so they show one moment.
 func collect(ctx context.Context, f *sim.ProcFleet, start time.Time) snap {
 	s := snap{elapsed: time.Since(start), poolName: f.Pool, images: f.Images(), budget: f.Budget()}
-	c := f.Env.Client
-	p := &fleetv1.BootcNodePool{}
-	if err := c.Get(ctx, client.ObjectKey{Name: f.Pool}, p); err == nil {
+	read, err := kubectl.ReadPool(ctx, f.Env.Client, f.Pool, time.Now())
+	if err != nil {
+		s.err = err
+		read = &kubectl.PoolRead{}
+	} else {
+		p := read.Pool
 		s.poolImage, s.poolTarget, s.pool = p.Spec.Image, p.Status.TargetImage, p.Status
+		s.why = map[string]kubectl.NodeReport{}
+		for _, n := range read.Report.Nodes {
+			s.why[n.Name] = n
+		}
 	}
-	bns := &fleetv1.BootcNodeList{}
-	nodes := &corev1.NodeList{}
-	leases, lerr := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + f.Pool})
-	if err := c.List(ctx, bns); err != nil {
-		s.err = err
-	}
-	if err := c.List(ctx, nodes); err != nil {
-		s.err = err
-	}
-	if lerr != nil {
-		s.err = lerr
-	}
-	byBN := map[string]fleetv1.BootcNode{}
-	for _, bn := range bns.Items {
-		byBN[bn.Name] = bn
-	}
-	byNode := map[string]corev1.Node{}
-	for _, n := range nodes.Items {
-		byNode[n.Name] = n
-	}
-	slots := slotsHeld(leases)
+	slots := slotsHeld(read.Leases)
 	reboots := f.Reboots()
 	for _, n := range f.Nodes {
 		r := nodeRow{name: n.Name, down: n.Down(), reboots: reboots[n.Name], slots: slots[n.Name]}
-		if bn, ok := byBN[n.Name]; ok {
+		if bn := read.BootcNodes[n.Name]; bn != nil {
 			st := bn.Status
 			r.phase, r.reason = string(st.Phase), st.Reason
 			if st.Booted != nil {
@@ -170,7 +158,7 @@ func collect(ctx context.Context, f *sim.ProcFleet, start time.Time) snap {
 				r.staged, r.stagedLocked = st.Staged.Image, st.Staged.DownloadOnly
 			}
 		}
-		if kn, ok := byNode[n.Name]; ok {
+		if kn := read.Nodes[n.Name]; kn != nil {
 			r.cordoned = kn.Spec.Unschedulable
 			for _, cond := range kn.Status.Conditions {
 				if cond.Type == corev1.NodeReady {
@@ -181,25 +169,14 @@ func collect(ctx context.Context, f *sim.ProcFleet, start time.Time) snap {
 		sort.Strings(r.slots)
 		s.nodes = append(s.nodes, r)
 	}
-	if rep, err := kubectl.Status(ctx, c, f.Pool, time.Now()); err != nil {
-		s.err = err
-	} else {
-		s.why = map[string]kubectl.NodeReport{}
-		for _, n := range rep.Nodes {
-			s.why[n.Name] = n
-		}
-	}
 	s.recent = narrate(f.Log.Events(), s.images, start, 6)
 	return s
 }
 
-// slotsHeld lists each holder's slots as kind[:phase] (nil leases: none).
-func slotsHeld(leases *coordinationv1.LeaseList) map[string][]string {
+// slotsHeld lists each holder's slots as kind[:phase].
+func slotsHeld(leases []coordinationv1.Lease) map[string][]string {
 	slots := map[string][]string{}
-	if leases == nil {
-		return slots
-	}
-	for _, l := range leases.Items {
+	for _, l := range leases {
 		g, err := lease.Parse(&l)
 		if err != nil {
 			continue

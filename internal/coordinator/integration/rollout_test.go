@@ -39,11 +39,16 @@ func TestFullRolloutTenNodesMaxUnavailableThree(t *testing.T) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(3))
 	})
+	// What a pipeline runs after changing spec.image.
+	waiting := startWait(ctx, t, "full", "--timeout", "5m")
 	f.allOn(t, v1, 180*time.Second)
 	eventually(t, 30*time.Second, "pool UpToDate", func() (bool, string) {
 		c := f.condition(fleetv1.PoolUpToDate)
 		return c.Status == metav1.ConditionTrue, c.Message
 	})
+	if code, out := waiting.result(t, 60*time.Second); code != 0 || !strings.Contains(out, "pool full is up to date on "+v1.String()) {
+		t.Errorf("wait full exited %d once the rollout finished:\n%s", code, out)
+	}
 	cancel()
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)
@@ -171,11 +176,15 @@ func TestNodeThatNeverReturnsTimesOutThenHalts(t *testing.T) {
 		p.Spec.Rollout.RebootTimeout = &metav1.Duration{Duration: 2 * time.Second}
 		p.Spec.Rollout.HaltAfterFailures = ptr.To(int32(1))
 	})
+	waiting := startWait(ctx, t, "halt")
 	eventually(t, 90*time.Second, "pool Halted", func() (bool, string) {
 		c := f.condition(fleetv1.PoolHalted)
 		return c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonFailuresReached, c.Message
 	})
 	checkHaltedPoolMetrics(t, metricsAddr, "halt", stuck)
+	if code, out := waiting.result(t, 60*time.Second); code == 0 || !strings.Contains(out, "error: pool halt is halted: FailuresReached: ") || !strings.Contains(out, "halt-n00 (RebootTimeout)") {
+		t.Errorf("wait halt exited %d once the pool halted; want non-zero naming the failure:\n%s", code, out)
+	}
 	var failed *coordinationv1.Lease
 	for _, l := range f.leases(ctx) {
 		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == stuck {
@@ -240,7 +249,17 @@ func TestPauseStopsGrantsResumeFinishes(t *testing.T) {
 		st := f.getPool().Status
 		return c.Reason == fleetv1.ReasonPaused && st.Waiting == 4, c.Reason
 	})
+	// A wait with a short timeout gives up, naming what blocks the pool.
+	short := startWait(ctx, t, "pause", "--timeout", "2s")
+	if code, out := short.result(t, 60*time.Second); code == 0 || !strings.Contains(out, "error: timed out after 2s waiting for pool pause to be UpToDate: ") || !strings.Contains(out, "blocked: Paused") {
+		t.Errorf("wait --timeout 2s on a paused pool exited %d; want non-zero naming the pause:\n%s", code, out)
+	}
+	waiting := startWait(ctx, t, "pause")
 	time.Sleep(1500 * time.Millisecond) // one resync: still nothing granted
+	if !waiting.running() {
+		_, out := waiting.result(t, time.Second)
+		t.Fatalf("wait ended while the pool was paused:\n%s", out)
+	}
 	for _, l := range f.leases(ctx) {
 		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 			t.Fatalf("slot %s granted while paused", l.Name)
@@ -256,6 +275,9 @@ func TestPauseStopsGrantsResumeFinishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.allOn(t, v1, 180*time.Second)
+	if code, out := waiting.result(t, 60*time.Second); code != 0 {
+		t.Errorf("wait pause exited %d after the resumed rollout:\n%s", code, out)
+	}
 	cancel()
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)

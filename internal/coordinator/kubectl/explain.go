@@ -118,14 +118,16 @@ func (r *reader) explain(ctx context.Context, name string) (*Explanation, error)
 		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
 	ex.TargetImage = p.Status.TargetImage
+	v := r.newView(p)
+	if err := r.withNodes(ctx, v); err != nil {
+		return nil, err
+	}
+	// The slots last: never older than the notes on the BootcNodes.
 	leases, err := r.slotLeases(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v := r.view(p, leases[p.Name])
-	if err := r.withNodes(ctx, v); err != nil {
-		return nil, err
-	}
+	v.setSlots(leases[p.Name])
 	v.bns[name] = bn // even if it names another pool by now
 	if n := v.nodes[name]; n != nil {
 		ex.NodeObject = NodeObject{Exists: true, Ready: v.ready(name), Cordoned: n.Spec.Unschedulable}
@@ -290,7 +292,10 @@ func writeExplanation(w io.Writer, ex *Explanation) {
 	ro := ex.Rollout
 	kv("Rollout", orNone(ro.State))
 	kv("Why", orNone(ro.Reason))
-	if ro.CoordinatorReason != ro.Reason {
+	switch {
+	case ro.CoordinatorState != "":
+		kv("Coordinator", ro.CoordinatorState+": "+ro.CoordinatorReason)
+	case ro.CoordinatorReason != ro.Reason:
 		kv("Coordinator", ro.CoordinatorReason)
 	}
 	if len(ro.Slots) == 0 {

@@ -66,6 +66,13 @@ func seed(t *testing.T, c client.Client) {
 			cond(fleetv1.PoolDegraded, metav1.ConditionTrue, fleetv1.ReasonNodesDegraded, "db-1 (RebootTimeout)"),
 		})
 	f.pool("empty", "none", 0, 0, 0, false, nil, nil)
+	// app: the coordinator's notes are a moment older than its slots.
+	f.pool("app", "app", 5, 1, 0, false, nil, []metav1.Condition{
+		cond(fleetv1.PoolUpToDate, metav1.ConditionFalse, fleetv1.ReasonRollingOut, "1 of 5 node(s) run "+target+"; waiting: app-1, app-2, app-4, app-5"),
+	})
+	// done: every node on the target, the status of the current generation.
+	f.pool("done", "done", 2, 2, 0, false, nil, nil)
+	f.upToDate("done", "all 2 node(s) run "+target)
 
 	drainMsg := "drain blocked, retrying: drain of node-a timed out after 10m0s: pod shop/web-1 blocked by PodDisruptionBudget shop/web"
 	waitMsg := "staged; waiting for a reboot slot: maxUnavailable 2, counting nodes rebooting and those NotReady or cordoned by others"
@@ -84,6 +91,17 @@ func seed(t *testing.T, c client.Client) {
 		{name: "db-1", pool: "db", ready: false, booted: oldDg, phase: fleetv1.PhaseRebooting, state: fleetv1.RolloutFailed, reason: "did not come back Ready on " + repo + "@sha256:222222222222… in a new boot within rebootTimeout (15m0s); reboot slot db-reboot-0 stays held until it does, or the Node is deleted"},
 		// Reports Staging without holding a stage slot (amendment 20).
 		{name: "node-j", pool: "web", ready: true, booted: oldDg, phase: fleetv1.PhaseStaging, state: fleetv1.RolloutStaging, reason: "its agent reports Staging without a stage grant"},
+		// Just got its reboot slot: the note still says it waits for one.
+		{name: "app-1", pool: "app", ready: true, cordon: true, booted: oldDg, staged: newDg, phase: fleetv1.PhaseStaged, state: fleetv1.RolloutWaitingForRebootSlot, reason: waitMsg},
+		{name: "app-2", pool: "app", ready: true, booted: oldDg, staged: newDg, phase: fleetv1.PhaseStaged, state: fleetv1.RolloutWaitingForRebootSlot, reason: waitMsg},
+		// Back on the target, its slot just released: the note still says Rebooting.
+		{name: "app-3", pool: "app", ready: true, booted: newDg, phase: fleetv1.PhaseIdle, agentReason: fleetv1.ReasonUpToDate, state: fleetv1.RolloutRebooting, reason: "rebooting into " + repo + "@sha256:222222222222… under reboot slot app-reboot-1"},
+		// Staged, its stage slot just released: the note still says Staging.
+		{name: "app-4", pool: "app", ready: true, booted: oldDg, staged: newDg, phase: fleetv1.PhaseStaged, state: fleetv1.RolloutStaging, reason: "downloading and staging " + repo + "@sha256:222222222222… under stage slot app-stage-0"},
+		// Its stage failed and its stage slot was released: the note still says Staging.
+		{name: "app-5", pool: "app", ready: true, booted: oldDg, phase: fleetv1.PhaseWaiting, agentReason: fleetv1.ReasonStageFailed, message: "error: Switching: pull timed out", state: fleetv1.RolloutStaging, reason: "downloading and staging " + repo + "@sha256:222222222222… under stage slot app-stage-0"},
+		{name: "done-1", pool: "done", ready: true, booted: newDg, phase: fleetv1.PhaseIdle, agentReason: fleetv1.ReasonUpToDate, state: fleetv1.RolloutUpdated, reason: "runs " + repo + "@sha256:222222222222…"},
+		{name: "done-2", pool: "done", ready: true, booted: newDg, phase: fleetv1.PhaseIdle, agentReason: fleetv1.ReasonUpToDate, state: fleetv1.RolloutUpdated, reason: "runs " + repo + "@sha256:222222222222…"},
 	} {
 		f.node(i, n, target)
 	}
@@ -104,6 +122,9 @@ func seed(t *testing.T, c client.Client) {
 	f.slot("web", lease.KindStage, 0, "node-g", 6, img, now.Add(-30*time.Second), time.Time{})
 	f.slot("db", lease.KindReboot, 0, "db-1", 9, img, now.Add(-2*time.Hour), now.Add(-100*time.Minute), "RebootTimeout")
 	f.slot("db", lease.KindStage, 0, "", 0, img, time.Time{}, time.Time{})
+	f.slot("app", lease.KindReboot, 0, "app-1", 11, img, now.Add(-time.Second), time.Time{})
+	f.slot("app", lease.KindReboot, 1, "", 0, img, time.Time{}, time.Time{})
+	f.slot("app", lease.KindStage, 0, "", 0, img, time.Time{}, time.Time{})
 
 	// node-a's drain: pod shop/web-1 under PDB shop/web (no disruption
 	// allowed). shop/other allows none either but selects no pod on the
@@ -199,9 +220,32 @@ func (f *fixture) pool(name, role string, nodes, updated, held int32, paused boo
 			Paused: paused, Windows: windows},
 	}}
 	f.create(p)
-	p.Status = fleetv1.BootcNodePoolStatus{Nodes: nodes, Updated: updated, Held: held, Conditions: conds}
+	// As the coordinator writes it: of the generation it looked at.
+	for i := range conds {
+		conds[i].ObservedGeneration = p.Generation
+	}
+	p.Status = fleetv1.BootcNodePoolStatus{ObservedGeneration: p.Generation, Nodes: nodes, Updated: updated, Held: held, Conditions: conds}
 	if nodes > 0 {
 		p.Status.TargetImage = repo + "@" + newDg
+	}
+	f.status(p)
+}
+
+// upToDate gives pool name's status the current generation and UpToDate
+// True, as the coordinator writes it once every node runs the target.
+func (f *fixture) upToDate(name, msg string) {
+	f.t.Helper()
+	p := &fleetv1.BootcNodePool{}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Name: name}, p); err != nil {
+		f.t.Fatal(err)
+	}
+	p.Status.ObservedGeneration = p.Generation
+	for _, c := range []metav1.Condition{
+		cond(fleetv1.PoolUpToDate, metav1.ConditionTrue, fleetv1.ReasonAllUpdated, msg),
+		cond(fleetv1.PoolHalted, metav1.ConditionFalse, fleetv1.ReasonNotHalted, "0 of 1 allowed failure(s)"),
+	} {
+		c.ObservedGeneration = p.Generation
+		p.Status.Conditions = append(p.Status.Conditions, c)
 	}
 	f.status(p)
 }

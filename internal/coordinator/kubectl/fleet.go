@@ -35,6 +35,9 @@ type poolView struct {
 	members []string    // sorted
 	nodes   map[string]*corev1.Node
 	bns     map[string]*fleetv1.BootcNode
+	// leases are the slot Leases as read; queues caches queue by kind.
+	leases []coordinationv1.Lease
+	queues map[lease.Kind][]string
 }
 
 func (r *reader) pools(ctx context.Context) ([]fleetv1.BootcNodePool, error) {
@@ -70,10 +73,26 @@ func (r *reader) slotLeases(ctx context.Context) (map[string][]coordinationv1.Le
 	return out, nil
 }
 
+// newView is pool p as read, without its slots yet.
+func (r *reader) newView(p *fleetv1.BootcNodePool) *poolView {
+	return &poolView{now: r.now, pool: p, budget: plan.ResolveBudget(p.Spec.Rollout, int(p.Status.Nodes))}
+}
+
+// view is pool p with its slots, from the slot Leases leases.
 func (r *reader) view(p *fleetv1.BootcNodePool, leases []coordinationv1.Lease) *poolView {
-	v := &poolView{now: r.now, pool: p, budget: plan.ResolveBudget(p.Spec.Rollout, int(p.Status.Nodes))}
+	v := r.newView(p)
+	v.setSlots(leases)
+	return v
+}
+
+// setSlots parses the pool's slot Leases. Read them after the members: the
+// coordinator moves a slot first and writes its note on the BootcNode
+// later, so slots read last are never older than the notes (see current).
+func (v *poolView) setSlots(leases []coordinationv1.Lease) {
+	v.leases = leases
+	v.slots, v.queues = nil, nil
 	for i := range leases {
-		if s, ok := plan.ParseSlot(p.Name, &leases[i]); ok {
+		if s, ok := plan.ParseSlot(v.pool.Name, &leases[i]); ok {
 			v.slots = append(v.slots, s)
 		}
 	}
@@ -84,7 +103,6 @@ func (r *reader) view(p *fleetv1.BootcNodePool, leases []coordinationv1.Lease) *
 		}
 		return v.slots[i].Index < v.slots[j].Index
 	})
-	return v
 }
 
 // withNodes reads the pool's members.
@@ -223,19 +241,26 @@ func (v *poolView) held(name string) bool {
 func (v *poolView) stagingWithoutGrant() []string {
 	var out []string
 	for _, m := range v.members {
-		bn, n := v.bns[m], v.nodes[m]
-		if bn == nil || n == nil || bn.Status.Phase != fleetv1.PhaseStaging || bn.Status.BootID != n.Status.NodeInfo.BootID {
-			continue
-		}
-		held := false
-		for _, s := range v.slots {
-			held = held || (s.Kind == lease.KindStage && s.State != plan.SlotFree && s.Holder == m)
-		}
-		if !held {
+		if v.stagesWithoutGrant(m) {
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// stagesWithoutGrant: member m's agent reports phase Staging in the Node's
+// current boot while m holds no stage slot.
+func (v *poolView) stagesWithoutGrant(m string) bool {
+	bn, n := v.bns[m], v.nodes[m]
+	if bn == nil || n == nil || bn.Status.Phase != fleetv1.PhaseStaging || bn.Status.BootID != n.Status.NodeInfo.BootID {
+		return false
+	}
+	for _, s := range v.slots {
+		if s.Kind == lease.KindStage && s.State != plan.SlotFree && s.Holder == m {
+			return false
+		}
+	}
+	return true
 }
 
 func (v *poolView) holdsReboot(name string) bool {
@@ -262,16 +287,25 @@ func (v *poolView) queue(k lease.Kind) []string {
 	if k == lease.KindReboot {
 		want = fleetv1.RolloutWaitingForRebootSlot
 	}
+	if q, ok := v.queues[k]; ok {
+		return q
+	}
 	var waiting []string
 	for _, name := range v.members {
-		if st, _ := v.state(name); st == want && v.ready(name) && !v.held(name) {
+		if st, _ := v.current(name); st == want && v.ready(name) && !v.held(name) {
 			waiting = append(waiting, name)
 		}
 	}
+	q := plan.StageOrder(waiting, v.lastStageFailed)
 	if k == lease.KindReboot {
-		return plan.WaveOrder(plan.RebootOrder(waiting, v.otherwiseUnavailable), v.waves())
+		q = plan.RebootOrder(waiting, v.otherwiseUnavailable)
 	}
-	return plan.WaveOrder(plan.StageOrder(waiting, v.lastStageFailed), v.waves())
+	q = plan.WaveOrder(q, v.waves())
+	if v.queues == nil {
+		v.queues = map[lease.Kind][]string{}
+	}
+	v.queues[k] = q
+	return q
 }
 
 // waves is the rollout's waves as the pool's status and Nodes show them
@@ -359,8 +393,12 @@ type Queue struct {
 type NodeReport struct {
 	Name string `json:"name"`
 	// State is the coordinator's word (fleet.bootc.dev/rollout-state);
-	// empty while the node has no BootcNode yet.
-	State string `json:"state"`
+	// empty while the node has no BootcNode yet. Where the live slots are
+	// newer than that word (the node got or gave up a slot since the
+	// coordinator wrote it), it is the state the slots show, and
+	// CoordinatorState is the word as written.
+	State            string `json:"state"`
+	CoordinatorState string `json:"coordinatorState,omitempty"`
 	// Reason is the live explanation: for nodes waiting for a slot, who
 	// holds the slots, for how long, and how many nodes are ahead;
 	// otherwise the coordinator's reason.
@@ -378,8 +416,12 @@ type NodeReport struct {
 }
 
 func (v *poolView) nodeReport(name string) NodeReport {
-	state, coord := v.state(name)
-	r := NodeReport{Name: name, State: state, Reason: coord, CoordinatorReason: coord, Slots: v.slotsOf(name), Canary: v.canary(name)}
+	stored, coord := v.state(name)
+	state, reason := v.current(name)
+	r := NodeReport{Name: name, State: state, Reason: reason, CoordinatorReason: coord, Slots: v.slotsOf(name), Canary: v.canary(name)}
+	if state != stored {
+		r.CoordinatorState = stored
+	}
 	if n := v.nodes[name]; n != nil {
 		r.Zone = n.Labels[fleetv1.LabelZone]
 		if h, ok := n.Annotations[fleetv1.AnnotationHold]; ok {
@@ -390,9 +432,9 @@ func (v *poolView) nodeReport(name string) NodeReport {
 	case v.bns[name] == nil:
 		r.Reason = "no BootcNode yet: the coordinator creates one for each node its pool selects"
 	case state == fleetv1.RolloutWaitingForRebootSlot:
-		r.Queue, r.Reason = v.waiting(name, lease.KindReboot, coord)
+		r.Queue, r.Reason = v.waiting(name, lease.KindReboot, reason)
 	case state == fleetv1.RolloutWaitingForStageSlot:
-		r.Queue, r.Reason = v.waiting(name, lease.KindStage, coord)
+		r.Queue, r.Reason = v.waiting(name, lease.KindStage, reason)
 	}
 	return r
 }

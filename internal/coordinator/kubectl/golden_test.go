@@ -101,6 +101,17 @@ func TestGolden(t *testing.T) {
 		{"explain-waiting-stage-failed", admin, []string{"explain", "node-f"}, nil},
 		{"explain-held-json", admin, []string{"explain", "node-h", "-o", "json"}, nil},
 		{"explain-failed", admin, []string{"explain", "db-1"}, nil},
+		{"status-app-just-granted", admin, []string{"status", "app"}, nil},
+		{"explain-just-granted", admin, []string{"explain", "app-1"}, nil},
+		{"explain-just-released", admin, []string{"explain", "app-3", "-o", "yaml"}, nil},
+		{"status-done-watch", admin, []string{"status", "done", "--watch"}, nil},
+		{"wait-done", admin, []string{"wait", "done"}, nil},
+		{"wait-halted", admin, []string{"wait", "db"}, nil},
+		{"wait-for-halted", admin, []string{"wait", "db", "--for", "Halted"}, nil},
+		{"wait-timeout", admin, []string{"wait", "web", "--timeout", "1s"}, nil},
+		{"error-wait-bad-for", admin, []string{"wait", "web", "--for", "Ready"}, nil},
+		{"error-wait-not-found", admin, []string{"wait", "nosuch"}, nil},
+		{"error-rbac-wait", nobody, []string{"wait", "web"}, nil},
 		{"error-pool-not-found", admin, []string{"status", "nosuch"}, nil},
 		{"error-node-not-found", admin, []string{"explain", "nosuch"}, nil},
 		{"error-not-a-fleet-node", admin, []string{"explain", "plain"}, nil},
@@ -135,6 +146,8 @@ func TestGolden(t *testing.T) {
 			t.Fatalf("step %s failed; later steps depend on it", s.name)
 		}
 	}
+	// Last: these move pool app.
+	t.Run("watch-and-wait", func(t *testing.T) { watchAndWait(t, admin) })
 }
 
 func ptrTo(s string) *string { return &s }

@@ -40,7 +40,8 @@ type Options struct {
 	Now     func() time.Time
 	Version string
 	// Client, when set, is used instead of one built from the kubeconfig
-	// flags (the demo calls the commands in-process).
+	// flags (the demo calls the commands in-process). status --watch and
+	// wait need it to be a client.WithWatch.
 	Client client.Client
 }
 
@@ -75,7 +76,7 @@ func NewCommand(o Options) *cobra.Command {
 	root.SetOut(o.Out)
 	root.SetErr(o.ErrOut)
 	c.flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(c.statusCommand(), c.explainCommand(), c.pauseCommand(true), c.pauseCommand(false), c.holdCommand(), c.releaseCommand())
+	root.AddCommand(c.statusCommand(), c.explainCommand(), c.pauseCommand(true), c.pauseCommand(false), c.holdCommand(), c.releaseCommand(), c.waitCommand())
 	return root
 }
 
@@ -88,18 +89,29 @@ type cli struct {
 
 // fleet is a reader of the cluster the flags name (or Options.Client), now.
 func (c *cli) fleet(_ context.Context) (*reader, error) {
-	cl := c.o.Client
-	if cl == nil {
-		cfg, err := c.flags.ToRESTConfig()
-		if err != nil {
-			return nil, fmt.Errorf("reading the kubeconfig: %w", err)
-		}
-		cfg.UserAgent = "kubectl-bootc_fleet/" + c.o.Version
-		if cl, err = client.New(cfg, client.Options{Scheme: Scheme()}); err != nil {
-			return nil, fmt.Errorf("connecting to the API server: %w", err)
-		}
+	cl, err := c.client()
+	if err != nil {
+		return nil, err
 	}
 	return &reader{c: cl, now: c.o.Now().UTC()}, nil
+}
+
+// client is Options.Client, or one for the cluster the flags name (one
+// that can watch, for status --watch and wait).
+func (c *cli) client() (client.Client, error) {
+	if c.o.Client != nil {
+		return c.o.Client, nil
+	}
+	cfg, err := c.flags.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "kubectl-bootc_fleet/" + c.o.Version
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the API server: %w", err)
+	}
+	return cl, nil
 }
 
 func checkOutput(output string) error {
@@ -112,6 +124,7 @@ func checkOutput(output string) error {
 
 func (c *cli) statusCommand() *cobra.Command {
 	var output string
+	var watch bool
 	status := &cobra.Command{
 		Use:   "status [POOL]",
 		Short: "Pools with their progress, budget used and what blocks them; with POOL, its nodes and why each waits",
@@ -127,6 +140,9 @@ func (c *cli) statusCommand() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			if watch {
+				return c.watchStatus(cmd.Context(), pool, output)
+			}
 			r, err := c.fleet(cmd.Context())
 			if err != nil {
 				return err
@@ -139,6 +155,7 @@ func (c *cli) statusCommand() *cobra.Command {
 		},
 	}
 	status.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: a table)")
+	status.Flags().BoolVarP(&watch, "watch", "w", false, "redraw as the pools move, until Ctrl-C; when stdout is not a terminal, print each change and end once every pool shown is up to date or halted")
 	return status
 }
 
@@ -246,6 +263,31 @@ func (c *cli) releaseCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func (c *cli) waitCommand() *cobra.Command {
+	var want string
+	var timeout time.Duration
+	wait := &cobra.Command{
+		Use:   "wait POOL",
+		Short: "Wait until the pool is up to date on the target of its current spec.image (or, with --for Halted, halted); exit 1 if it halts or the timeout runs out",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := validName("pool", args[0]); err != nil {
+				return err
+			}
+			if want != ForUpToDate && want != ForHalted {
+				return fmt.Errorf("--for %q: want %s or %s", want, ForUpToDate, ForHalted)
+			}
+			if timeout < 0 {
+				return fmt.Errorf("--timeout %s: want a duration of 0 (no limit) or more", timeout)
+			}
+			return c.wait(cmd.Context(), args[0], want, timeout)
+		},
+	}
+	wait.Flags().StringVar(&want, "for", ForUpToDate, "what to wait for: "+ForUpToDate+" or "+ForHalted)
+	wait.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (e.g. 30m); 0: no limit")
+	return wait
 }
 
 // Run runs the command line args (without the program name) and returns

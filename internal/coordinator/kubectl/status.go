@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +26,8 @@ type StatusReport struct {
 	Pools []PoolReport `json:"pools"`
 	// Nodes are the nodes of POOL (only with a POOL argument), by name.
 	Nodes []NodeReport `json:"nodes,omitempty"`
+	// settled: every pool is up to date on its current target, or halted.
+	settled bool
 }
 
 // PoolReport is one pool.
@@ -69,37 +73,77 @@ func Status(ctx context.Context, c client.Client, pool string, now time.Time) (*
 }
 
 func (r *reader) status(ctx context.Context, pool string) (*StatusReport, error) {
-	var pools []fleetv1.BootcNodePool
 	if pool != "" {
-		p, err := r.pool(ctx, pool)
+		v, err := r.poolWithNodes(ctx, pool)
 		if err != nil {
 			return nil, err
 		}
-		pools = []fleetv1.BootcNodePool{*p}
-	} else {
-		var err error
-		if pools, err = r.pools(ctx); err != nil {
-			return nil, err
-		}
+		return v.report(), nil
+	}
+	rep := &StatusReport{Time: metav1.Time{Time: r.now}, Pools: []PoolReport{}}
+	pools, err := r.pools(ctx)
+	if err != nil {
+		return nil, err
 	}
 	leases, err := r.slotLeases(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep := &StatusReport{Time: metav1.Time{Time: r.now}, Pools: []PoolReport{}}
+	rep.settled = len(pools) > 0
 	for i := range pools {
-		v := r.view(&pools[i], leases[pools[i].Name])
-		rep.Pools = append(rep.Pools, v.poolReport())
-		if pool != "" {
-			if err := r.withNodes(ctx, v); err != nil {
-				return nil, err
-			}
-			for _, name := range v.members {
-				rep.Nodes = append(rep.Nodes, v.nodeReport(name))
-			}
-		}
+		rep.Pools = append(rep.Pools, r.view(&pools[i], leases[pools[i].Name]).poolReport())
+		rep.settled = rep.settled && settled(&pools[i])
 	}
 	return rep, nil
+}
+
+// report is `status POOL` of the view.
+func (v *poolView) report() *StatusReport {
+	rep := &StatusReport{Time: metav1.Time{Time: v.now}, Pools: []PoolReport{v.poolReport()}, settled: settled(v.pool)}
+	for _, name := range v.members {
+		rep.Nodes = append(rep.Nodes, v.nodeReport(name))
+	}
+	return rep
+}
+
+// PoolRead is one pool read once: the objects and the report composed
+// from them, so that a caller showing both shows one moment.
+type PoolRead struct {
+	Report     *StatusReport
+	Pool       *fleetv1.BootcNodePool
+	Nodes      map[string]*corev1.Node // the pool's members by name
+	BootcNodes map[string]*fleetv1.BootcNode
+	Leases     []coordinationv1.Lease // the pool's slot Leases
+}
+
+// ReadPool reads pool, its members and its slots once, and composes
+// `status POOL` from them.
+func ReadPool(ctx context.Context, c client.Client, pool string, now time.Time) (*PoolRead, error) {
+	v, err := (&reader{c: c, now: now.UTC()}).poolWithNodes(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return &PoolRead{Report: v.report(), Pool: v.pool, Nodes: v.nodes, BootcNodes: v.bns, Leases: v.leases}, nil
+}
+
+// poolWithNodes reads pool, its members, then its slots: in this order, so
+// that the slots are never older than the coordinator's notes on the
+// members (see current).
+func (r *reader) poolWithNodes(ctx context.Context, pool string) (*poolView, error) {
+	p, err := r.pool(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	v := r.newView(p)
+	if err := r.withNodes(ctx, v); err != nil {
+		return nil, err
+	}
+	leases, err := r.slotLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.setSlots(leases[p.Name])
+	return v, nil
 }
 
 func (v *poolView) poolReport() PoolReport {
