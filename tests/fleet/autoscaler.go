@@ -39,8 +39,10 @@ func autoscalerView(n *corev1.Node) map[string]string {
 // cordoned exactly while it carries the coordinator's record of its marks
 // (cordon, marks and record are one update, and so are uncordon and their
 // removal), and while it does both marks say "true". Every node must be seen
-// held, and end with exactly the annotations it had before; I1-I5 hold and
-// each node reboots once.
+// held, and end with exactly the annotations it had before, though the
+// coordinator is crashed and restarted while the first node is held (the
+// record is on the Node, amendment 28); I1-I5 hold and each node reboots
+// once.
 func AutoscalerMarks(ctx context.Context, f *Fleet, seed int64) Result {
 	start := time.Now()
 	name := fmt.Sprintf("asm%04d", seed)
@@ -68,12 +70,21 @@ func AutoscalerMarks(ctx context.Context, f *Fleet, seed int64) Result {
 		res.Problems = append(res.Problems, "watching Nodes: "+err.Error())
 		return res
 	}
-	obs := &markWatch{held: map[string]bool{}}
+	obs := &markWatch{held: map[string]bool{}, firstHeld: make(chan struct{})}
 	done := make(chan struct{})
 	go func() { defer close(done); obs.follow(w) }()
 
 	v2 := p.Push("v2")
 	p.Create("v2", opts)
+	// The record of what the marks were must outlive the coordinator that
+	// wrote it: crash it while the first node is held.
+	select {
+	case <-obs.firstHeld:
+		f.RestartCoordinator(time.Second)
+	case <-ctx.Done():
+	case <-time.After(60 * time.Second):
+		res.Problems = append(res.Problems, "no node was held within 60s")
+	}
 	if !sim.WaitFor(ctx, 90*time.Second, func() bool { ok, _ := p.Converged(v2); return ok }) {
 		_, waiting := p.Converged(v2)
 		res.Problems = append(res.Problems, fmt.Sprintf("did not converge; waiting for %s; pool %+v", waiting, p.Status()))
@@ -112,9 +123,10 @@ func AutoscalerMarks(ctx context.Context, f *Fleet, seed int64) Result {
 
 // markWatch checks every Node version a watch delivers.
 type markWatch struct {
-	mu       sync.Mutex
-	held     map[string]bool // seen cordoned with both marks and the record
-	problems []string
+	mu        sync.Mutex
+	held      map[string]bool // seen cordoned with both marks and the record
+	firstHeld chan struct{}   // closed when the first node is seen held
+	problems  []string
 }
 
 func (m *markWatch) follow(w watch.Interface) {
@@ -134,6 +146,9 @@ func (m *markWatch) follow(w watch.Interface) {
 		case recorded && !marked:
 			m.problems = append(m.problems, fmt.Sprintf("node %s version %s: cordoned for a reboot without both autoscaler marks: %v", n.Name, n.ResourceVersion, autoscalerView(n)))
 		case recorded:
+			if len(m.held) == 0 {
+				close(m.firstHeld)
+			}
 			m.held[n.Name] = true
 		}
 		m.mu.Unlock()
