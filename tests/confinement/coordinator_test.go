@@ -67,10 +67,11 @@ func TestSecretsReadOnlyByNameInTheCoordinatorsNamespace(t *testing.T) {
 	}
 }
 
-// The coordinator's Node writes are cordons only: as its ServiceAccount,
-// under the packaged RBAC and coordinator-policy.yaml, a cordon with its mark
-// and the uncordon pass, and every other change to a Node is refused with
-// the policy's message.
+// The coordinator's Node writes are cordons and autoscaler marks only: as
+// its ServiceAccount, under the packaged RBAC and coordinator-policy.yaml, a
+// cordon with its marks, the uncordon, and the autoscaler marks on a Node
+// someone else cordoned pass, and every other change to a Node is refused
+// with the policy's message.
 func TestCoordinatorNodeWritesAreCordonsOnly(t *testing.T) {
 	ctx, _ := setup(t)
 	root := envtest.RepoRoot()
@@ -126,10 +127,50 @@ func TestCoordinatorNodeWritesAreCordonsOnly(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || !got.Spec.Unschedulable || got.Annotations[lease.NodeAnnotationCordonedFor] == "" {
 		t.Fatalf("after the cordon: %v, unschedulable %v, annotations %v", err, got.Spec.Unschedulable, got.Annotations)
 	}
+	// The autoscaler marks and their record went with the cordon (amendment 28).
+	if got.Annotations[lease.NodeAnnotationDoNotDisrupt] != "true" || got.Annotations[lease.NodeAnnotationScaleDownDisabled] != "true" ||
+		got.Annotations[lease.NodeAnnotationAutoscalerMarks] == "" {
+		t.Fatalf("after the cordon, annotations %v: want both autoscaler marks and their record", got.Annotations)
+	}
 	if _, err := d.Uncordon(ctx, node.Name, nil); err != nil {
 		t.Fatalf("the coordinator's uncordon was refused: %v", err)
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || got.Spec.Unschedulable || got.Annotations["someone/else"] != "x" || got.Labels["keep"] != "me" {
 		t.Fatalf("after the uncordon: %v, %+v", err, got.ObjectMeta)
 	}
+	for _, k := range []string{lease.NodeAnnotationDoNotDisrupt, lease.NodeAnnotationScaleDownDisabled, lease.NodeAnnotationAutoscalerMarks} {
+		if v, ok := got.Annotations[k]; ok {
+			t.Fatalf("after the uncordon: %s=%q left on the Node", k, v)
+		}
+	}
+
+	// A Node an administrator cordoned and told Karpenter it may disrupt:
+	// held without a cordon of ours, and given back its own value.
+	if err := patchAsAdmin(ctx, node.Name, `{"metadata":{"annotations":{"karpenter.sh/do-not-disrupt":"false"}},"spec":{"unschedulable":true}}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.MarkAutoscalers(ctx, node.Name, "pool-reboot-0", nil); err != nil {
+		t.Fatalf("the coordinator's autoscaler marks were refused: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || got.Annotations[lease.NodeAnnotationDoNotDisrupt] != "true" ||
+		got.Annotations[lease.NodeAnnotationScaleDownDisabled] != "true" || !got.Spec.Unschedulable {
+		t.Fatalf("held: %v, %+v", err, got.ObjectMeta)
+	}
+	denied("someone else's annotation with the marks", `{"metadata":{"annotations":{"karpenter.sh/do-not-disrupt":"true","someone/else":null}}}`, "may change only its annotation")
+	if _, err := d.MarkAutoscalers(ctx, node.Name, "", nil); err != nil {
+		t.Fatalf("the coordinator's release of the autoscaler marks was refused: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: node.Name}, got); err != nil || got.Annotations[lease.NodeAnnotationDoNotDisrupt] != "false" ||
+		got.Annotations["someone/else"] != "x" || !got.Spec.Unschedulable {
+		t.Fatalf("released: %v, %+v; want the administrator's do-not-disrupt=false and cordon back", err, got.ObjectMeta)
+	}
+	if v, ok := got.Annotations[lease.NodeAnnotationScaleDownDisabled]; ok {
+		t.Fatalf("released: %s=%q left on the Node", lease.NodeAnnotationScaleDownDisabled, v)
+	}
+}
+
+// patchAsAdmin merge-patches a Node with the test's own (unconfined) client.
+func patchAsAdmin(ctx context.Context, node, p string) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return env.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(p)))
 }

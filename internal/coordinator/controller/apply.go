@@ -71,7 +71,7 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 	for _, round := range slotRounds(out.Changes) {
 		written := make([]*coordinationv1.Lease, len(round))
 		err := r.parallel(ctx, len(round), func(ctx context.Context, i int) error {
-			l, err := r.applySlot(ctx, log, pool, w.leases[round[i][0].Slot], round[i], in.Now)
+			l, err := r.applySlot(ctx, log, pool, w, w.leases[round[i][0].Slot], round[i], in.Now)
 			written[i] = l
 			return err
 		})
@@ -105,7 +105,8 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 	}
 	r.observeMetrics(pool.Name, w, in)
 	r.progress.observePool(pool, out.Status, w.leases, in)
-	return applied, nil
+	// Last: the slots as written say which nodes hold a reboot slot.
+	return applied, r.markAutoscalers(ctx, log, pool.Name, w)
 }
 
 // statusEvery is how often a pool's status is written when only its counts
@@ -270,7 +271,7 @@ func stagingProgress(e plan.Event) bool {
 // change lifts are uncordoned first: if we stop in between, the grant is
 // still there to say the cordon was ours. A reboot grant (or a Draining
 // grant whose node lost its cordon) is then cordoned, and its drain started.
-func (r *poolReconciler) applySlot(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, read *coordinationv1.Lease, chain []plan.SlotChange, now time.Time) (*coordinationv1.Lease, error) {
+func (r *poolReconciler) applySlot(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, read *coordinationv1.Lease, chain []plan.SlotChange, now time.Time) (*coordinationv1.Lease, error) {
 	if read == nil {
 		return nil, fmt.Errorf("slot Lease %s vanished", chain[0].Slot)
 	}
@@ -279,7 +280,7 @@ func (r *poolReconciler) applySlot(ctx context.Context, log logr.Logger, pool *f
 	changed := false
 	for i, c := range chain {
 		if c.Uncordon {
-			if err := r.uncordon(ctx, pool.Name, c.Node); err != nil && !kerrors.IsNotFound(err) {
+			if err := r.uncordon(ctx, pool.Name, w, c.Node); err != nil && !kerrors.IsNotFound(err) {
 				return nil, err
 			}
 		}
@@ -306,7 +307,7 @@ func (r *poolReconciler) applySlot(ctx context.Context, log logr.Logger, pool *f
 	if cordon == nil {
 		return written, nil
 	}
-	return written, r.cordon(ctx, log, pool.Name, l, *cordon)
+	return written, r.cordon(ctx, log, pool.Name, w, l, *cordon)
 }
 
 func ops(chain []plan.SlotChange) string {
@@ -347,7 +348,7 @@ func (r *poolReconciler) slotChanged(log logr.Logger, pool string, c plan.SlotCh
 // grant in the same update, records on the grant that the cordon is ours
 // when this call made it (amendment 21), and starts its drain: an admin's
 // cordon made a moment before the grant stays the admin's.
-func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool string, l *coordinationv1.Lease, c plan.SlotChange) error {
+func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool string, w *observed, l *coordinationv1.Lease, c plan.SlotChange) error {
 	g, err := lease.Parse(l)
 	if err != nil {
 		return fmt.Errorf("cordoning for slot %s: %w", c.Slot, err)
@@ -358,6 +359,7 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	}
 	if node != nil {
 		r.writes.wrote(pool, kindNode, node)
+		w.touch(c.Node)
 	}
 	if was {
 		log.Info("node was cordoned already, not by this cordon call; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
@@ -391,13 +393,14 @@ func (r *poolReconciler) cachedNode(ctx context.Context, node string) *corev1.No
 	return &n
 }
 
-func (r *poolReconciler) uncordon(ctx context.Context, pool, node string) error {
+func (r *poolReconciler) uncordon(ctx context.Context, pool string, w *observed, node string) error {
 	n, err := r.opts.Drainer.Uncordon(ctx, node, r.cachedNode(ctx, node))
 	if err != nil {
 		return fmt.Errorf("uncordoning node %s: %w", node, err)
 	}
 	if n != nil {
 		r.writes.wrote(pool, kindNode, n)
+		w.touch(node)
 	}
 	return nil
 }

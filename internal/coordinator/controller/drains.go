@@ -20,12 +20,18 @@ import (
 
 // NodeDrainer cordons, drains and uncordons Nodes (internal/coordinator/drain).
 type NodeDrainer interface {
-	// Cordon cordons node, marking it with mark in the same update; it
+	// Cordon cordons node, marking it with mark (and the autoscaler marks)
+	// in the same update; it
 	// reports whether someone else had cordoned it already, and the Node it
 	// wrote (nil if it wrote none). seen (may be nil) is the Node as last
 	// seen, used for a conditional first write instead of a read.
 	Cordon(ctx context.Context, node, mark string, seen *corev1.Node) (wasCordoned bool, written *corev1.Node, err error)
+	// Uncordon uncordons node and restores the autoscaler marks in the
+	// same update.
 	Uncordon(ctx context.Context, node string, seen *corev1.Node) (written *corev1.Node, err error)
+	// MarkAutoscalers holds node from autoscalers for reboot slot slot, or
+	// with slot "" restores what a hold set (amendment 28).
+	MarkAutoscalers(ctx context.Context, node, slot string, seen *corev1.Node) (written *corev1.Node, err error)
 	Drain(ctx context.Context, node string, timeout time.Duration) error
 }
 

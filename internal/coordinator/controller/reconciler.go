@@ -60,6 +60,8 @@ type poolReconciler struct {
 	// how soon a status left unwritten must be (writeStatus).
 	statusWritten map[string]time.Time
 	statusDue     map[string]time.Duration
+	// badMarks: per Node, the unusable autoscaler marks last logged.
+	badMarks map[string]string
 }
 
 func (r *poolReconciler) setup(mgr ctrl.Manager) error {
@@ -310,6 +312,20 @@ type observed struct {
 	leases     map[string]*coordinationv1.Lease // slot Leases by name, as read
 	bootcNodes map[string]*fleetv1.BootcNode
 	nodeUIDs   map[string]types.UID // the Nodes Events are recorded on
+	// nodes are the cache's Nodes the pool sees, and those carrying an
+	// autoscaler-marks record of one of its slots (read only).
+	nodes map[string]*corev1.Node
+	// touched: Nodes this pass cordoned or uncordoned (their autoscaler
+	// marks went with that write).
+	touchedMu sync.Mutex
+	touched   map[string]bool
+}
+
+// touch notes that this pass wrote node's cordon.
+func (w *observed) touch(node string) {
+	w.touchedMu.Lock()
+	defer w.touchedMu.Unlock()
+	w.touched[node] = true
 }
 
 func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePool) (*observed, error) {
@@ -345,15 +361,20 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 		return nil, fmt.Errorf("listing BootcNodes: %w", err)
 	}
 
-	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}, nodeUIDs: map[string]types.UID{}}
+	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}, nodeUIDs: map[string]types.UID{},
+		nodes: map[string]*corev1.Node{}, touched: map[string]bool{}}
 	w.input.Pool = pool
 	wanted := w.addSlots(pool.Name, leases.Items, bns.Items)
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		in := sel.Matches(labels.Set(n.Labels))
 		if !in && !wanted[n.Name] {
+			if marksOf(n) == pool.Name {
+				w.nodes[n.Name] = n
+			}
 			continue
 		}
+		w.nodes[n.Name] = n
 		w.nodeUIDs[n.Name] = n.UID
 		w.input.Nodes = append(w.input.Nodes, planNode(n, in, others))
 	}

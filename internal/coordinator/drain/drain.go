@@ -75,13 +75,18 @@ func New(client kubernetes.Interface, log logr.Logger) *Drainer {
 // cache): it stands in for the first read, which saves a round trip. That
 // is safe because the write is conditional on its resourceVersion: a stale
 // copy fails with Conflict, and the Node is then read afresh.
+//
+// The same update sets the autoscaler marks for the grant's slot (the Lease
+// name mark begins with) and records them (HoldFromAutoscalers); a Node
+// cordoned already gets them from MarkAutoscalers.
 func (d *Drainer) Cordon(ctx context.Context, node, mark string, seen *corev1.Node) (wasCordoned bool, written *corev1.Node, err error) {
 	written, err = d.setUnschedulable(ctx, node, true, mark, &wasCordoned, seen)
 	return wasCordoned, written, err
 }
 
-// Uncordon marks node schedulable (a no-op if it is) and removes the mark.
-// written and seen are as for Cordon.
+// Uncordon marks node schedulable and removes the mark and, in the same
+// update, the autoscaler marks the coordinator set (ReleaseFromAutoscalers);
+// a no-op if there is nothing to change. written and seen are as for Cordon.
 func (d *Drainer) Uncordon(ctx context.Context, node string, seen *corev1.Node) (written *corev1.Node, err error) {
 	return d.setUnschedulable(ctx, node, false, "", nil, seen)
 }
@@ -102,24 +107,27 @@ func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, 
 			continue
 		}
 		_, marked := n.Annotations[lease.NodeAnnotationCordonedFor]
+		marks := d.autoscalerMarks(n, want, mark)
 		if n.Spec.Unschedulable == want {
 			if already != nil {
 				*already = true
 			}
-			if want || !marked {
+			if want || (!marked && len(marks) == 0) {
 				return nil, nil
 			}
 		}
 		// A merge patch carrying resourceVersion is a conditional write:
 		// it fails with Conflict if the Node changed since the read.
-		var annotation any // null removes it
+		annotations := map[string]any{lease.NodeAnnotationCordonedFor: nil} // null removes it
 		if want && mark != "" {
-			annotation = mark
+			annotations[lease.NodeAnnotationCordonedFor] = mark
+		}
+		for k, v := range marks {
+			annotations[k] = v
 		}
 		body, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": n.ResourceVersion,
-				"annotations": map[string]any{lease.NodeAnnotationCordonedFor: annotation}},
-			"spec": map[string]any{"unschedulable": want},
+			"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": annotations},
+			"spec":     map[string]any{"unschedulable": want},
 		})
 		if err != nil {
 			return nil, err
