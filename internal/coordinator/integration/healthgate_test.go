@@ -17,22 +17,12 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
-// plannerGatesOnHealth: the planner holds a reboot slot until the gate's
-// verdict passes (amendment 24, plan.Input.Health). Until that part lands
-// the scenario below cannot pass: without it the slot is released as soon
-// as the node is back, its pods not Ready. Set it to true with the
-// planner's gate (with a release held back while Input.Health does not
-// pass, the scenario passes in about 7 s).
-const plannerGatesOnHealth = false
 
 // TestHealthGateHoldsTheSlotUntilPodsAreReady: a pool with a host and a
 // workloads check keeps a node's reboot slot until the node reported a
 // healthy host in its new boot and its DaemonSet pod is Ready; the next
 // node gets no reboot grant before.
 func TestHealthGateHoldsTheSlotUntilPodsAreReady(t *testing.T) {
-	if !plannerGatesOnHealth {
-		t.Skip("the planner does not gate on plan.Input.Health yet (issue 27, the planner's part)")
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := newFleet(t, "hg", 2, v0)
