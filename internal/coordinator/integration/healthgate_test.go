@@ -17,7 +17,6 @@ import (
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
 
-
 // TestHealthGateHoldsTheSlotUntilPodsAreReady: a pool with a host and a
 // workloads check keeps a node's reboot slot until the node reported a
 // healthy host in its new boot and its DaemonSet pod is Ready; the next
