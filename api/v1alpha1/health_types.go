@@ -141,10 +141,11 @@ const (
 type ZoneOrder string
 
 const (
-	// ZoneOrderSequential: one zone (topology.kubernetes.io/zone, in name
-	// order; nodes without the label last) finishes before the next starts.
+	// ZoneOrderSequential rolls one zone at a time
+	// (topology.kubernetes.io/zone, in name order; nodes without the label
+	// last): a zone finishes before the next starts.
 	ZoneOrderSequential ZoneOrder = "Sequential"
-	// ZoneOrderAny: zones are not considered.
+	// ZoneOrderAny ignores zones.
 	ZoneOrderAny ZoneOrder = "Any"
 )
 
@@ -154,7 +155,7 @@ const LabelZone = "topology.kubernetes.io/zone"
 // LabelCanary on a Node (any value) makes it one of its pool's canaries.
 const LabelCanary = "fleet.bootc.dev/canary"
 
-// CanarySpec: the canaries go first and alone; no other node of the pool
+// CanarySpec makes the canaries go first and alone: no other node of the pool
 // gets a reboot grant for a target until every canary passed its gate on
 // it and Soak has passed since the last of them did.
 type CanarySpec struct {
