@@ -119,7 +119,7 @@ func (w *queueWorld) queue() []string { return w.view().queue(w.slot.Kind) }
 // view is the plugin's view of the pool, from the objects the API server
 // would hold.
 func (w *queueWorld) view() *poolView {
-	v := &poolView{now: now, pool: w.pool, budget: plan.ResolveBudget(w.pool.Spec.Rollout, len(w.nodes)), slots: []plan.Slot{w.slot},
+	v := &poolView{now: now, pool: w.pool, budget: plan.ResolveBudget(w.pool.Spec.Rollout, len(w.nodes)), slots: plan.WithPhases([]plan.Slot{w.slot}),
 		members: w.names(), nodes: map[string]*corev1.Node{}, bns: w.bns}
 	for _, n := range w.nodes {
 		kn := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{}}, Spec: corev1.NodeSpec{Unschedulable: n.Unschedulable}}

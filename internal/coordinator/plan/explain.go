@@ -136,9 +136,6 @@ func (p *planner) explainGateFailure(s *Slot) string {
 
 func (p *planner) waitingForReboot(n Node) (string, string) {
 	const s = fleetv1.RolloutWaitingForRebootSlot
-	if ok, why := p.rebootEligible(n.Name); !ok {
-		return s, text.Truncate("staged; "+why, fleetv1.MaxRolloutReason)
-	}
 	switch {
 	case p.in.MetricsError != "":
 		return fleetv1.RolloutBlocked, text.Truncate("staged; the pool's metrics query failed ("+p.in.MetricsError+"): no new reboot grants", fleetv1.MaxRolloutReason)
