@@ -57,7 +57,8 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	pools   map[string]*Pool
-	restart sync.Mutex // one coordinator restart at a time
+	bad     map[string]func(node string) bool // digests pushed with PushBad(On)
+	restart sync.Mutex                        // one coordinator restart at a time
 
 	ctx          context.Context
 	cancel       context.CancelFunc
@@ -126,6 +127,8 @@ type PoolOptions struct {
 	Arch func(i int) string
 	// Mutate adjusts the pool Create writes (pacing, windows, ...).
 	Mutate func(*fleetv1.BootcNodePool)
+	// Labels are extra labels on node i's Node (zone, canary); nil: none.
+	Labels func(i int) map[string]string
 }
 
 // Start builds the shared part of a fleet: registry, RBAC and admission
@@ -263,10 +266,16 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 	if opts.Arch != nil {
 		arch = opts.Arch(i)
 	}
+	labels := map[string]string{sim.PoolLabel: p.Name}
+	if opts.Labels != nil {
+		for k, v := range opts.Labels(i) {
+			labels[k] = v
+		}
+	}
 	n := &SimNode{
 		Name: nodeName, Pool: p.Name, Machine: m, bootc: testbootc.NewMem(m),
-		Kubelet:   &sim.Kubelet{Client: f.Kube, Node: nodeName, Labels: map[string]string{sim.PoolLabel: p.Name}, OS: "linux", Arch: arch},
-		behaviour: b, log: f.Log, rest: cfg, stateDir: stateDir,
+		Kubelet:   &sim.Kubelet{Client: f.Kube, Node: nodeName, Labels: labels, OS: "linux", Arch: arch},
+		behaviour: b, log: f.Log, rest: cfg, stateDir: stateDir, fleet: f,
 		logger: f.logger.With("node", nodeName),
 	}
 	n.agentCfg = func() agent.Config {

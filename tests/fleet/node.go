@@ -72,6 +72,7 @@ type SimNode struct {
 	logger    *slog.Logger
 	hub       *lightHub   // set: a LightAgent runs instead of the real agent
 	hostile   *hostileRun // set: a hostile writer runs instead of any agent
+	fleet     *Fleet      // for the images pushed bad (PushBad)
 
 	mu          sync.Mutex
 	cancel      context.CancelFunc
