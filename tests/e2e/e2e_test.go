@@ -362,8 +362,9 @@ func uniq(ms ...map[string]bool) []string {
 
 // runRollout runs the coordinator (in-process, until the test ends) and
 // creates a pool of the nodes labelled pool rolling out imgTarget with
-// maxUnavailable 1.
-func runRollout(ctx context.Context, t *testing.T, f *Fleet, coordinator, pool string, maxStaging int32, policy fleetv1.RebootPolicy) {
+// maxUnavailable 1, changed by mutate.
+func runRollout(ctx context.Context, t *testing.T, f *Fleet, coordinator, pool string, maxStaging int32, policy fleetv1.RebootPolicy,
+	mutate ...func(*fleetv1.BootcNodePool)) {
 	t.Helper()
 	c, err := controller.New(f.Env.Config, controller.Options{Name: coordinator, RequeueInterval: time.Second})
 	if err != nil {
@@ -389,6 +390,9 @@ func runRollout(ctx context.Context, t *testing.T, f *Fleet, coordinator, pool s
 			},
 			RebootPolicy: policy,
 		},
+	}
+	for _, m := range mutate {
+		m(p)
 	}
 	if err := f.Env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)

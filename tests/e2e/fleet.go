@@ -33,6 +33,9 @@ const (
 	nodeKubeconfig   = "/var/lib/kubelet/kubeconfig" // a kubelet kubeconfig path the agent finds by itself
 	nodeAgentEnv     = "/etc/bootc-fleet/agent.env"  // site configuration
 	gateFile         = "/run/bootc-fleet-e2e-gate"   // see e2eLayer
+	// imageUnitDir is where an image's own units appear (Options.ImageUnits):
+	// a directory of systemd's unit search path that Debian leaves empty.
+	imageUnitDir = "/usr/local/lib/systemd/system"
 )
 
 // WatchdogSec is the agent's watchdog inside the nodes, shortened by a
@@ -67,6 +70,7 @@ type Transition struct {
 type BootLog struct {
 	N               int
 	BootID          string
+	Image           string // what the test bootc said was booted as the boot started
 	Started, Up     time.Time
 	Down            time.Time
 	Exit            int
@@ -85,6 +89,8 @@ type Node struct {
 	Machine  *Machine
 	Bootc    testbootc.Dir // host side of nodeBootcState
 	StateDir string        // host side of nodeAgentState
+	// imageUnits is Options.ImageUnits.
+	imageUnits map[string]string
 
 	f  *Fleet
 	mu sync.Mutex
@@ -109,6 +115,14 @@ type Options struct {
 	// Suite is the Debian release the nodes boot (default: $BOOTC_FLEET_E2E_SUITE,
 	// else SuiteTrixie).
 	Suite string
+	// ImageUnits plays what an image ships beyond the shared root: a node
+	// whose test bootc has the image named by a key (repo@sha256:...)
+	// booted when the container starts boots with the host directory named
+	// by the value bound read-only at imageUnitDir, so the units in it (and
+	// their .wants/ links) exist in the boots of that image only, as units
+	// an image ships do. Read at each full boot: a soft reboot keeps the
+	// container and its binds.
+	ImageUnits map[string]string
 }
 
 // NewFleet builds what the nodes need: root filesystem, API server, Node
@@ -167,7 +181,7 @@ func (f *Fleet) Boot() {
 
 func (f *Fleet) newNode(name string, opts Options, run string) (*Node, error) {
 	dir := filepath.Join(run, name)
-	n := &Node{Name: name, f: f, StateDir: filepath.Join(dir, "agent-state"), changed: make(chan struct{})}
+	n := &Node{Name: name, f: f, StateDir: filepath.Join(dir, "agent-state"), imageUnits: opts.ImageUnits, changed: make(chan struct{})}
 	for _, d := range []string{dir, n.StateDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -271,7 +285,13 @@ func (n *Node) run() {
 	defer n.f.wg.Done()
 	t := n.f.t
 	for i := 1; ; i++ {
-		b, err := n.Machine.Start(n.f.ctx, i)
+		image, binds, err := n.imageBinds()
+		if err != nil {
+			t.Errorf("%s: boot %d: %v", n.Name, i, err)
+			n.setStopped()
+			return
+		}
+		b, err := n.Machine.Start(n.f.ctx, i, binds...)
 		if err != nil {
 			if n.f.ctx.Err() == nil {
 				t.Errorf("%s: boot %d: %v", n.Name, i, err)
@@ -279,7 +299,7 @@ func (n *Node) run() {
 			n.setStopped()
 			return
 		}
-		bl := &BootLog{BootID: b.BootID, Started: b.Started, Up: b.Up}
+		bl := &BootLog{BootID: b.BootID, Image: image, Started: b.Started, Up: b.Up}
 		n.mu.Lock()
 		bl.N = len(n.boots) + 1
 		n.cur = b
@@ -320,6 +340,24 @@ func (n *Node) run() {
 		}
 		n.notify()
 	}
+}
+
+// imageBinds reads the image the test bootc has booted and returns it with
+// the binds of its units (Options.ImageUnits), if it ships any.
+func (n *Node) imageBinds() (string, []string, error) {
+	m, err := n.Bootc.Machine()
+	if err != nil {
+		return "", nil, fmt.Errorf("reading the test bootc's state: %w", err)
+	}
+	st := m.State()
+	if st.Booted == nil {
+		return "", nil, nil
+	}
+	if dir, ok := n.imageUnits[st.Booted.Image]; ok {
+		n.tracef("booting %s: its units from %s at %s", st.Booted.Image, dir, imageUnitDir)
+		return st.Booted.Image, []string{dir + ":" + imageUnitDir}, nil
+	}
+	return st.Booted.Image, nil, nil
 }
 
 func (n *Node) notify() {

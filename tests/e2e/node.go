@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,9 +49,9 @@ type Boot struct {
 }
 
 // Start boots the machine and returns once its systemd runs and its boot ID
-// is known. The boot ends when the container powers off or reboots; Wait
-// says which.
-func (m *Machine) Start(ctx context.Context, n int) (*Boot, error) {
+// is known; extraRO are read-only host:container binds of this boot only.
+// The boot ends when the container powers off or reboots; Wait says which.
+func (m *Machine) Start(ctx context.Context, n int, extraRO ...string) (*Boot, error) {
 	args := []string{
 		"-D", m.Root, "--boot", "--register=no", "--keep-unit", "--console=pipe",
 		"--machine=" + m.Name, "--volatile=overlay",
@@ -58,7 +59,7 @@ func (m *Machine) Start(ctx context.Context, n int) (*Boot, error) {
 	for _, b := range m.Binds {
 		args = append(args, "--bind="+b)
 	}
-	for _, b := range m.BindsRO {
+	for _, b := range append(slices.Clone(m.BindsRO), extraRO...) {
 		args = append(args, "--bind-ro="+b)
 	}
 	log, err := os.Create(filepath.Join(m.Dir, fmt.Sprintf("console-%d.log", n)))
