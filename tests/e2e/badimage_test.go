@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,7 +41,8 @@ const (
 // grants a rollback; the agent runs `bootc rollback` and reboots through
 // logind; the node comes back on the old image, running, with nothing
 // failed. The pool says Degraded ImageFailedHealthCheck and the other node
-// is never rebooted.
+// is never rebooted. Then a good image clears the quarantine and rolls both
+// nodes, each passing the same gate under the same systemd.
 func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	SkipIfUnavailable(t)
 	const pool = "e2e-bad"
@@ -84,12 +86,14 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 		!slices.Equal(h.Units, []fleetv1.UnitState{{Name: "multi-user.target", ActiveState: "active"}}) {
 		t.Errorf("status.host of the bad boot = %+v; want %s the only failed unit, multi-user.target active", *h, badUnit)
 	}
-	if badBoot != nil && badBoot.BootID == bad.BootID {
-		checkSystemd(ctx, t, badBoot, "degraded", "failed")
-		journal, err := badBoot.Exec(ctx, "journalctl", "-b", "--no-pager", "-o", "cat", "-u", badUnit)
-		if err != nil || !strings.Contains(journal, badUnitSays) {
-			t.Errorf("the journal of %s in the bad boot lacks %q (%v):\n%s", badUnit, badUnitSays, err, journal)
-		}
+	// The gate holds the node in this boot for health.timeout: time enough.
+	if badBoot == nil || badBoot.BootID != bad.BootID {
+		t.Fatalf("%s left its bad boot %s before the harness could ask its systemd", canary.Name, bad.BootID)
+	}
+	checkSystemd(ctx, t, badBoot, "degraded", "failed")
+	journal, err := badBoot.Exec(ctx, "journalctl", "-b", "--no-pager", "-o", "cat", "-u", badUnit)
+	if err != nil || !strings.Contains(journal, badUnitSays) {
+		t.Errorf("the journal of %s in the bad boot lacks %q (%v):\n%s", badUnit, badUnitSays, err, journal)
 	}
 
 	// 2. The gate fails, the digest is quarantined, the pool degraded.
@@ -128,7 +132,9 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	if h := back.Host; len(h.FailedUnits) != 0 || h.FailedUnitsTotal != 0 {
 		t.Errorf("status.host after the rollback = %+v; want nothing failed", *h)
 	}
-	if b := canary.Current(); b != nil && b.BootID == back.BootID {
+	if b := canary.Current(); b == nil || b.BootID != back.BootID {
+		t.Errorf("%s left boot %s before the harness could ask its systemd", canary.Name, back.BootID)
+	} else {
 		checkSystemd(ctx, t, b, "running", "")
 	}
 	if err := canary.Await(ctx, "the slots free, nodes uncordoned", func() (bool, error) {
@@ -166,6 +172,9 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	if ob := other.Boots(); len(ob) != 1 {
 		t.Errorf("%s: %d boots; a node that is not a canary must never reboot into the bad image", other.Name, len(ob))
 	}
+	if m, err := other.Bootc.Machine(); err != nil || m.State().Reboots != 0 {
+		t.Errorf("%s: the test bootc played reboots (%v): %+v", other.Name, err, m)
+	}
 	if got := bootcRuns(t, other, "upgrade", "--from-downloaded"); len(got) != 0 {
 		t.Errorf("%s unlocked a stage: %q", other.Name, got)
 	}
@@ -177,12 +186,62 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 			t.Errorf("no %s Event about %s naming %q: %q", ev.reason, canary.Name, ev.says, notes)
 		}
 	}
+
+	// 5. A good image: the quarantine goes with the old spec.image, and the
+	// gate passes on both nodes under the same real systemd.
+	fixed := time.Now()
+	setPoolImage(ctx, t, f, pool, imgTarget)
+	for _, n := range f.Nodes {
+		st := awaitNodeStatus(ctx, t, f, n, "on the good image, running", func(s fleetv1.BootcNodeStatus) bool {
+			b := n.Current()
+			return b != nil && s.BootID == b.BootID && s.Booted != nil && strings.HasSuffix(imgTarget, s.Booted.Digest) &&
+				s.Host != nil && s.Host.BootID == s.BootID && s.Host.SystemState == fleetv1.SystemRunning && s.Phase == fleetv1.PhaseIdle
+		})
+		if b := n.Current(); b == nil || b.BootID != st.BootID {
+			t.Errorf("%s left boot %s before the harness could ask its systemd", n.Name, st.BootID)
+		} else {
+			checkSystemd(ctx, t, b, "running", "")
+		}
+	}
+	if err := canary.Await(ctx, "the pool up to date, quarantine cleared, slots free, nodes uncordoned", func() (bool, error) {
+		var p fleetv1.BootcNodePool
+		if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: pool}, &p); err != nil {
+			return false, nil
+		}
+		return p.Status.Updated == 2 && p.Status.Quarantine == nil && slotsFree(ctx, f, pool) && allSchedulable(ctx, f), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the good image rolled both nodes in %s; the test took %s", time.Since(fixed).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	for n, want := range map[*Node][]string{canary: {imgOld, imgBad, imgOld, imgTarget}, other: {imgOld, imgTarget}} {
+		var got []string
+		for _, b := range n.Boots() {
+			got = append(got, b.Image)
+			t.Logf("%s boot %d on %s: container up in %s, agent active %s after that", n.Name, b.N, b.Image,
+				b.Up.Sub(b.Started).Round(time.Millisecond), b.AgentFirstActive.Sub(b.Up).Round(time.Millisecond))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s booted %q, want %q", n.Name, got, want)
+		}
+	}
 	if most, at := maxDisrupted(f.Events.snapshot()); most > 1 {
 		t.Errorf("%d nodes were cordoned or down at once (maxUnavailable 1), at %s", most, at)
 	}
-	for _, b := range boots {
-		t.Logf("%s boot %d on %s: container up in %s, agent active %s after that", canary.Name, b.N, b.Image,
-			b.Up.Sub(b.Started).Round(time.Millisecond), b.AgentFirstActive.Sub(b.Up).Round(time.Millisecond))
+}
+
+// setPoolImage points the pool at image.
+func setPoolImage(ctx context.Context, t *testing.T, f *Fleet, pool, image string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p fleetv1.BootcNodePool
+		if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: pool}, &p); err != nil {
+			return err
+		}
+		p.Spec.Image = image
+		return f.Env.Client.Update(ctx, &p)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
