@@ -182,9 +182,11 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 		{fleetv1.EventHealthCheckFailed, badUnit},
 		{fleetv1.EventRolledBack, ""},
 	} {
-		if notes := poolEvents(ctx, t, f, ev.reason, canary.Name); !slices.ContainsFunc(notes, func(s string) bool { return strings.Contains(s, ev.says) }) {
+		notes := poolEvents(ctx, t, f, ev.reason, canary.Name)
+		if !slices.ContainsFunc(notes, func(s string) bool { return strings.Contains(s, ev.says) }) {
 			t.Errorf("no %s Event about %s naming %q: %q", ev.reason, canary.Name, ev.says, notes)
 		}
+		t.Logf("%s Events on Node %s: %q", ev.reason, canary.Name, notes)
 	}
 
 	// 5. A good image: the quarantine goes with the old spec.image, and the
