@@ -215,6 +215,28 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("the good image rolled both nodes in %s; the test took %s", time.Since(fixed).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	// The canary of the good image went first and alone: the other node
+	// went down for it only after the canary was back on it.
+	var p fleetv1.BootcNodePool
+	if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: pool}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Status.Canary; c == nil || c.Target != imgTarget || len(c.Nodes) != 1 {
+		t.Errorf("status.canary %+v; want one canary for %s", c, imgTarget)
+	} else {
+		first, second := canary, other
+		if c.Nodes[0] == other.Name {
+			first, second = other, canary
+		}
+		fb, sb := first.Boots(), second.Boots()
+		if len(sb) < 2 {
+			t.Fatalf("%s: boots %+v; want it rebooted into the good image", second.Name, sb)
+		}
+		if last, prev := fb[len(fb)-1], sb[len(sb)-2]; !prev.Down.After(last.Up) {
+			t.Errorf("%s went down for the good image at %s, before its canary %s was back on it at %s", second.Name,
+				prev.Down.Format(time.StampMilli), first.Name, last.Up.Format(time.StampMilli))
+		}
+	}
 	for n, want := range map[*Node][]string{canary: {imgOld, imgBad, imgOld, imgTarget}, other: {imgOld, imgTarget}} {
 		var got []string
 		for _, b := range n.Boots() {
