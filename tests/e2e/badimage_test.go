@@ -46,12 +46,19 @@ const (
 func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	SkipIfUnavailable(t)
 	const pool = "e2e-bad"
-	units := t.TempDir()
-	if err := writeFailingUnit(units, badUnit, badUnitSays); err != nil {
+	// Every image assesses its boots as images using systemd's boot
+	// assessment do; the bad one also ships badUnit.
+	goodUnits, badUnits := t.TempDir(), t.TempDir()
+	for _, dir := range []string{goodUnits, badUnits} {
+		if err := writeBootAssessment(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeFailingUnit(badUnits, badUnit, badUnitSays); err != nil {
 		t.Fatal(err)
 	}
 	f := NewFleet(t, Options{Nodes: 2, Prefix: "e2e-bad", Booted: imgOld, Pool: pool, Suite: SuiteTrixie,
-		ImageUnits: map[string]string{imgBad: units}})
+		ImageUnits: map[string]string{imgOld: goodUnits, imgBad: badUnits, imgTarget: goodUnits}})
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -64,7 +71,7 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	runRollout(ctx, t, f, "e2e-bad", pool, 2, "", func(p *fleetv1.BootcNodePool) {
 		p.Spec.Image = imgBad
 		p.Spec.Health = &fleetv1.HealthSpec{Timeout: &metav1.Duration{Duration: 30 * time.Second},
-			Host: &fleetv1.HostHealthCheck{RequiredUnits: []string{"multi-user.target"}}}
+			Host: &fleetv1.HostHealthCheck{RequireBootComplete: true, RequiredUnits: []string{"multi-user.target"}}}
 		p.Spec.Rollout.Canary = &fleetv1.CanarySpec{Nodes: ptr.To(intstr.FromInt32(1))}
 	})
 	canary, other := canaryOf(ctx, t, f, pool)
@@ -82,9 +89,12 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	if bad.Booted == nil || !strings.HasSuffix(imgBad, bad.Booted.Digest) {
 		t.Errorf("the degraded boot reports booted %+v, want %s", bad.Booted, imgBad)
 	}
-	if h := bad.Host; !slices.Equal(h.FailedUnits, []string{badUnit}) || h.FailedUnitsTotal != 1 ||
-		!slices.Equal(h.Units, []fleetv1.UnitState{{Name: "multi-user.target", ActiveState: "active"}}) {
-		t.Errorf("status.host of the bad boot = %+v; want %s the only failed unit, multi-user.target active", *h, badUnit)
+	// badUnit failed, so systemd's own check failed too and boot-complete.target
+	// was never reached.
+	if h := bad.Host; !slices.Equal(h.FailedUnits, []string{badUnit, checkNoFailures}) || h.FailedUnitsTotal != 2 ||
+		h.BootComplete != "inactive" || !slices.Equal(h.Units, []fleetv1.UnitState{{Name: "multi-user.target", ActiveState: "active"}}) {
+		t.Errorf("status.host of the bad boot = %+v; want %s and %s failed, boot-complete.target inactive, multi-user.target active",
+			*h, badUnit, checkNoFailures)
 	}
 	// The gate holds the node in this boot for health.timeout: time enough.
 	if badBoot == nil || badBoot.BootID != bad.BootID {
@@ -129,8 +139,8 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 			s.Booted != nil && strings.HasSuffix(imgOld, s.Booted.Digest) && s.Host != nil && s.Host.BootID == s.BootID &&
 			s.Host.SystemState == fleetv1.SystemRunning
 	})
-	if h := back.Host; len(h.FailedUnits) != 0 || h.FailedUnitsTotal != 0 {
-		t.Errorf("status.host after the rollback = %+v; want nothing failed", *h)
+	if h := back.Host; len(h.FailedUnits) != 0 || h.FailedUnitsTotal != 0 || h.BootComplete != "active" {
+		t.Errorf("status.host after the rollback = %+v; want nothing failed, boot-complete.target active", *h)
 	}
 	if b := canary.Current(); b == nil || b.BootID != back.BootID {
 		t.Errorf("%s left boot %s before the harness could ask its systemd", canary.Name, back.BootID)
@@ -199,6 +209,9 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 			return b != nil && s.BootID == b.BootID && s.Booted != nil && strings.HasSuffix(imgTarget, s.Booted.Digest) &&
 				s.Host != nil && s.Host.BootID == s.BootID && s.Host.SystemState == fleetv1.SystemRunning && s.Phase == fleetv1.PhaseIdle
 		})
+		if st.Host.BootComplete != "active" || st.Host.FailedUnitsTotal != 0 {
+			t.Errorf("%s on the good image reports host %+v; want boot-complete.target active, nothing failed", n.Name, *st.Host)
+		}
 		if b := n.Current(); b == nil || b.BootID != st.BootID {
 			t.Errorf("%s left boot %s before the harness could ask its systemd", n.Name, st.BootID)
 		} else {
@@ -269,6 +282,38 @@ func setPoolImage(ctx context.Context, t *testing.T, f *Fleet, pool, image strin
 	}
 }
 
+// checkNoFailures is systemd's own boot check (man
+// systemd-boot-check-no-failures.service): it fails when any unit failed,
+// and boot-complete.target requires it once enabled.
+const checkNoFailures = "systemd-boot-check-no-failures.service"
+
+// writeBootAssessment writes into dir, a directory of unit files, what an
+// image using systemd's boot assessment has: checkNoFailures enabled
+// (RequiredBy=boot-complete.target, the link systemctl enable makes), and
+// boot-complete.target pulled into every boot by e2e-bless-boot.service,
+// which stands for systemd-bless-boot.service (Requires= and After=
+// boot-complete.target, DefaultDependencies=no, wanted by basic.target):
+// systemd-bless-boot-generator adds that one only on a boot loader that
+// counts boots, which a container has not.
+func writeBootAssessment(dir string) error {
+	unit := "[Unit]\nDescription=e2e: marks the boot good, as systemd-bless-boot.service does\n" +
+		"DefaultDependencies=no\nRequires=boot-complete.target\nAfter=local-fs.target boot-complete.target\n" +
+		"Conflicts=shutdown.target\nBefore=shutdown.target\n" +
+		"[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n"
+	for _, d := range []string{"basic.target.wants", "boot-complete.target.requires"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "e2e-bless-boot.service"), []byte(unit), 0o644); err != nil {
+		return err
+	}
+	if err := os.Symlink("../e2e-bless-boot.service", filepath.Join(dir, "basic.target.wants", "e2e-bless-boot.service")); err != nil {
+		return err
+	}
+	return os.Symlink("/usr/lib/systemd/system/"+checkNoFailures, filepath.Join(dir, "boot-complete.target.requires", checkNoFailures))
+}
+
 // writeFailingUnit writes into dir, a directory of unit files, a oneshot
 // unit that says says and fails, and enables it for multi-user.target (the
 // .wants/ link systemctl enable makes).
@@ -310,7 +355,8 @@ func canaryOf(ctx context.Context, t *testing.T, f *Fleet, pool string) (canary,
 	return f.Nodes[1], f.Nodes[0]
 }
 
-// checkSystemd asks the container's systemd itself for its SystemState and
+// checkSystemd asks the container's systemd itself for its SystemState,
+// boot-complete.target's ActiveState (reached only when running) and
 // badUnit's ActiveState (unit "": not loaded, as in a boot of an image
 // that does not ship it).
 func checkSystemd(ctx context.Context, t *testing.T, b *Boot, state, unit string) {
@@ -320,6 +366,10 @@ func checkSystemd(ctx context.Context, t *testing.T, b *Boot, state, unit string
 	got, err := b.Exec(cctx, "systemctl", "show", "-P", "SystemState")
 	if err != nil || strings.TrimSpace(got) != state {
 		t.Errorf("%s: systemctl show -P SystemState = %q (%v), want %s", b.Machine.Name, got, err, state)
+	}
+	complete := map[string]string{"degraded": "inactive", "running": "active"}[state]
+	if p, err := b.Show(cctx, "boot-complete.target", "ActiveState"); err != nil || p["ActiveState"] != complete {
+		t.Errorf("%s: boot-complete.target %v (%v), want ActiveState=%s", b.Machine.Name, p, err, complete)
 	}
 	p, err := b.Show(cctx, badUnit, "ActiveState", "LoadState", "Result")
 	if err != nil {
