@@ -100,7 +100,7 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	if badBoot == nil || badBoot.BootID != bad.BootID {
 		t.Fatalf("%s left its bad boot %s before the harness could ask its systemd", canary.Name, bad.BootID)
 	}
-	checkSystemd(ctx, t, badBoot, "degraded", "failed")
+	checkSystemd(ctx, t, badBoot, true)
 	journal, err := badBoot.Exec(ctx, "journalctl", "-b", "--no-pager", "-o", "cat", "-u", badUnit)
 	if err != nil || !strings.Contains(journal, badUnitSays) {
 		t.Errorf("the journal of %s in the bad boot lacks %q (%v):\n%s", badUnit, badUnitSays, err, journal)
@@ -145,7 +145,7 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 	if b := canary.Current(); b == nil || b.BootID != back.BootID {
 		t.Errorf("%s left boot %s before the harness could ask its systemd", canary.Name, back.BootID)
 	} else {
-		checkSystemd(ctx, t, b, "running", "")
+		checkSystemd(ctx, t, b, false)
 	}
 	if err := canary.Await(ctx, "the slots free, nodes uncordoned", func() (bool, error) {
 		return slotsFree(ctx, f, pool) && allSchedulable(ctx, f), nil
@@ -215,7 +215,7 @@ func TestBadImageRollsBackUnderSystemd(t *testing.T) {
 		if b := n.Current(); b == nil || b.BootID != st.BootID {
 			t.Errorf("%s left boot %s before the harness could ask its systemd", n.Name, st.BootID)
 		} else {
-			checkSystemd(ctx, t, b, "running", "")
+			checkSystemd(ctx, t, b, false)
 		}
 	}
 	if err := canary.Await(ctx, "the pool up to date, quarantine cleared, slots free, nodes uncordoned", func() (bool, error) {
@@ -355,19 +355,24 @@ func canaryOf(ctx context.Context, t *testing.T, f *Fleet, pool string) (canary,
 	return f.Nodes[1], f.Nodes[0]
 }
 
-// checkSystemd asks the container's systemd itself for its SystemState,
-// boot-complete.target's ActiveState (reached only when running) and
-// badUnit's ActiveState (unit "": not loaded, as in a boot of an image
-// that does not ship it).
-func checkSystemd(ctx context.Context, t *testing.T, b *Boot, state, unit string) {
+// checkSystemd asks the container's systemd itself how the boot went: in
+// a boot of the bad image (bad) the manager is degraded, badUnit failed
+// and boot-complete.target never reached; in any other the manager is
+// running, boot-complete.target active, and badUnit not even loaded.
+func checkSystemd(ctx context.Context, t *testing.T, b *Boot, bad bool) {
 	t.Helper()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	state, complete := "running", "active"
+	unit := map[string]string{"ActiveState": "inactive", "LoadState": "not-found", "Result": "success"}
+	if bad {
+		state, complete = "degraded", "inactive"
+		unit = map[string]string{"ActiveState": "failed", "LoadState": "loaded", "Result": "exit-code"}
+	}
 	got, err := b.Exec(cctx, "systemctl", "show", "-P", "SystemState")
 	if err != nil || strings.TrimSpace(got) != state {
 		t.Errorf("%s: systemctl show -P SystemState = %q (%v), want %s", b.Machine.Name, got, err, state)
 	}
-	complete := map[string]string{"degraded": "inactive", "running": "active"}[state]
 	if p, err := b.Show(cctx, "boot-complete.target", "ActiveState"); err != nil || p["ActiveState"] != complete {
 		t.Errorf("%s: boot-complete.target %v (%v), want ActiveState=%s", b.Machine.Name, p, err, complete)
 	}
@@ -376,11 +381,7 @@ func checkSystemd(ctx context.Context, t *testing.T, b *Boot, state, unit string
 		t.Errorf("%s: %v", b.Machine.Name, err)
 		return
 	}
-	want := map[string]string{"ActiveState": "failed", "LoadState": "loaded", "Result": "exit-code"}
-	if unit == "" {
-		want = map[string]string{"ActiveState": "inactive", "LoadState": "not-found", "Result": "success"}
-	}
-	for k, v := range want {
+	for k, v := range unit {
 		if p[k] != v {
 			t.Errorf("%s: %s %s=%s, want %s", b.Machine.Name, badUnit, k, p[k], v)
 		}
