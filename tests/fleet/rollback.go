@@ -82,7 +82,7 @@ func BadImageCanary(ctx context.Context, f *Fleet, seed int64) Result {
 		res.Duration = time.Since(start)
 		return res
 	}
-	res.Problems = append(res.Problems, p.judgeRolledBack(ctx, hist, bad, old, canary)...)
+	res.Problems = append(res.Problems, p.judgeRolledBack(ctx, hist, bad, old, canary, 0)...)
 	if c := p.Status().Canary; c == nil || !slices.Equal(c.Nodes, canary) {
 		res.Problems = append(res.Problems, fmt.Sprintf("status.canary %+v: the node that went first, %v, is not the canary", c, canary))
 	}
@@ -136,7 +136,7 @@ func BadImageFirstWave(ctx context.Context, f *Fleet, seed int64) Result {
 		res.Duration = time.Since(start)
 		return res
 	}
-	res.Problems = append(res.Problems, p.judgeRolledBack(ctx, hist, bad, old, wave)...)
+	res.Problems = append(res.Problems, p.judgeRolledBack(ctx, hist, bad, old, wave, 0)...)
 	res.Reboots = p.Reboots()
 	res.Problems = append(res.Problems, hist.rebootsUnderGrants(p)...)
 	res.Violations = p.Check(old, invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter})
@@ -185,7 +185,7 @@ func BadImageLastZone(ctx context.Context, f *Fleet, seed int64) Result {
 	if !slices.Equal(wave, zoneC) {
 		res.Problems = append(res.Problems, fmt.Sprintf("rolled back %v, want zone c's nodes %v", wave, zoneC))
 	}
-	res.Problems = append(res.Problems, p.judgeRolledBack(ctx, hist, bad, old, wave)...)
+	res.Problems = append(res.Problems, p.judgeRolledBack(ctx, hist, bad, old, wave, 1)...)
 	res.Problems = append(res.Problems, hist.zoneOrder(zoneOf, bad)...)
 	if c := p.Status().Canary; c == nil || len(c.Nodes) != 1 || zoneOf[c.Nodes[0]] != "a" {
 		res.Problems = append(res.Problems, fmt.Sprintf("status.canary %+v, want one node of zone a", c))
@@ -216,7 +216,7 @@ func (p *Pool) awaitRolledBack(ctx context.Context, hist *slotHistory, bad, old 
 		if st.Quarantine == nil || st.Rebooting > 0 {
 			return false
 		}
-		failed = hist.holdersOf(bad, false)
+		failed = hist.holdersOf(old, true)
 		if len(failed) != want {
 			return false
 		}
@@ -229,8 +229,8 @@ func (p *Pool) awaitRolledBack(ctx context.Context, hist *slotHistory, bad, old 
 		return true
 	}
 	if !sim.WaitFor(ctx, 3*gateTimeout+60*time.Second, done) {
-		res.Problems = append(res.Problems, fmt.Sprintf("the bad image's wave was not rolled back and quarantined: update grants for it to %v (want %d); pool %+v; grants:\n%swarnings:\n%s",
-			hist.holdersOf(bad, false), want, p.Status(), hist, p.warnings(ctx)))
+		res.Problems = append(res.Problems, fmt.Sprintf("the bad image's wave was not rolled back and quarantined: rollback grants to %v (want %d); pool %+v; grants:\n%swarnings:\n%s",
+			hist.holdersOf(old, true), want, p.Status(), hist, p.warnings(ctx)))
 		res.Reboots = p.Reboots()
 		return nil, false
 	}
@@ -239,17 +239,24 @@ func (p *Pool) awaitRolledBack(ctx context.Context, hist *slotHistory, bad, old 
 
 // judgeRolledBack checks the end of a bad image's wave: each node of it
 // rebooted exactly twice, under an update grant for bad then a rollback
-// grant for old, and is booted on old; no other node rebooted or got a
-// reboot grant for bad; bad is quarantined, the pool Degraded with reason
-// ImageFailedHealthCheck, and a HealthCheckFailed Event on each node of the
-// wave names it and the host check.
-func (p *Pool) judgeRolledBack(ctx context.Context, hist *slotHistory, bad, old string, wave []string) []string {
+// grant for old, and is booted on old; every other node rebooted others
+// times (0: and got no reboot grant for bad), under update grants only;
+// bad is quarantined, the pool Degraded with reason ImageFailedHealthCheck,
+// and a HealthCheckFailed Event on each node of the wave names it, the host
+// check and the unit.
+func (p *Pool) judgeRolledBack(ctx context.Context, hist *slotHistory, bad, old string, wave []string, others int) []string {
 	var out []string
 	reboots := p.Reboots()
 	for _, n := range p.NodeNames() {
 		if !slices.Contains(wave, n) {
-			if got := hist.holdersOf(bad, false); slices.Contains(got, n) {
+			if reboots[n] != others {
+				out = append(out, fmt.Sprintf("node %s outside the failed wave rebooted %d times, want %d", n, reboots[n], others))
+			}
+			if others == 0 && slices.Contains(hist.holdersOf(bad, false), n) {
 				out = append(out, fmt.Sprintf("node %s outside the failed wave got a reboot grant for %s", n, bad))
+			}
+			if len(hist.grantsOf(n, true)) > 0 {
+				out = append(out, fmt.Sprintf("node %s outside the failed wave got a rollback grant", n))
 			}
 			continue
 		}
