@@ -137,21 +137,26 @@ func (p *planner) holdAtBoundary(w *waveState) {
 
 // waveBoundary says why no reboot grant goes out in this pass when a wave
 // ends in it: the last canary's slot, or the last slot of the zone that was
-// rolling, is released in this pass. The next wave's first grants wait for
+// rolling, is released in this pass (held as read, free after). The next wave's first grants wait for
 // the next pass, so they are written after that release: the controller
 // writes a release that hands its slot on in one write with that grant,
 // beside other slots' grants, and a grant of the next wave written beside
 // the release it counted on could land first (the Lease history, and a
 // crash or a conflict in between, would show two waves under way at once).
 func (p *planner) waveBoundary(w *waveState) string {
+	read := p.holdsAsRead()
 	if w.newly {
-		return "the canaries passed in this pass; the rest of the pool goes once their slots' release is written"
+		for _, name := range w.canaries {
+			if holdsKind(read[name], lease.KindReboot) {
+				return "the canaries passed in this pass; the rest of the pool goes once their slots' release is written"
+			}
+		}
 	}
 	if !w.zoned || !w.hasZone {
 		return ""
 	}
 	before := &waveState{canary: w.canary, waiting: w.waiting}
-	p.currentZone(before, p.holdsAsRead())
+	p.currentZone(before, read)
 	if before.hasZone && before.zone != w.zone {
 		return fmt.Sprintf("zone %s finished in this pass; zone %s starts once its last release is written", zoneName(before.zone), zoneName(w.zone))
 	}
