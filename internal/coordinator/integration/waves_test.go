@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,21 +51,39 @@ func TestCanaryFirstThenZones(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var violations, order, twoZones []string
+	// Every version of the pool's slot Leases, from one watch (the API
+	// server's order): a poll could miss a slot held for less than a poll.
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw, err := cs.CoordinationV1().Leases(lease.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=waves"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lw.Stop()
 	go func() {
-		for ctx.Err() == nil {
-			time.Sleep(tick / 2)
-			p := &fleetv1.BootcNodePool{}
-			if err := env.Client.Get(ctx, client.ObjectKey{Name: "waves"}, p); err != nil {
-				continue // not created yet
+		slots := map[string]string{} // slot Lease -> "holder phase rv", reboot grants only
+		for ev := range lw.ResultChan() {
+			l, ok := ev.Object.(*coordinationv1.Lease)
+			if !ok {
+				continue
 			}
+			delete(slots, l.Name)
+			if g, err := lease.Parse(l); err == nil && g.Kind == lease.KindReboot && ev.Type != watch.Deleted {
+				slots[l.Name] = fmt.Sprintf("%s %s rv %s", g.Holder, g.Phase, l.ResourceVersion)
+			}
+			// The pool's status as read after the event: status.canary says
+			// passed no earlier than the pass that released the canary.
+			p := &fleetv1.BootcNodePool{}
+			_ = env.Client.Get(ctx, client.ObjectKey{Name: "waves"}, p)
 			passed := p.Status.Canary != nil && p.Status.Canary.PassedTime != nil
 			held := map[string]bool{}
 			var seen []string
-			for _, l := range f.leases(ctx) {
-				if g, err := lease.Parse(&l); err == nil && g.Kind == lease.KindReboot && g.Pool == "waves" {
-					held[g.Holder] = true
-					seen = append(seen, fmt.Sprintf("%s: %s %s rv %s", l.Name, g.Holder, g.Phase, l.ResourceVersion))
-				}
+			for _, name := range slices.Sorted(maps.Keys(slots)) {
+				h, _, _ := strings.Cut(slots[name], " ")
+				held[h] = true
+				seen = append(seen, name+": "+slots[name])
 			}
 			mu.Lock()
 			inZones := map[string]bool{}
