@@ -430,12 +430,7 @@ func (h memHost) Reboot(context.Context) error {
 		}()
 		return fmt.Errorf("simulated crash before the reboot was issued")
 	}
-	st := h.n.Machine.State()
-	img := ""
-	if st.Staged != nil {
-		img = st.Staged.Image
-	}
-	h.n.log.Add(h.n.event(invariant.Reboot, img))
+	h.n.log.Add(h.n.event(invariant.Reboot, nextImage(h.n.Machine.State())))
 	h.n.Reboot(h.ctx, true)
 	return nil
 }
@@ -447,14 +442,22 @@ func (h memHost) SoftReboot(context.Context) error {
 	if h.n.behave().OldSystemd {
 		return fmt.Errorf("logind RebootWithFlags: Invalid flags parameter")
 	}
-	st := h.n.Machine.State()
-	img := ""
-	if st.Staged != nil {
-		img = st.Staged.Image
-	}
-	e := h.n.event(invariant.Reboot, img)
+	e := h.n.event(invariant.Reboot, nextImage(h.n.Machine.State()))
 	e.Soft = true
 	h.n.log.Add(e)
 	h.n.SoftReboot(h.ctx)
 	return nil
+}
+
+// nextImage is the image a reboot now boots, as the invariant checker
+// matches it to the grant: the staged deployment, else the rollback
+// deployment `bootc rollback` queued, else none.
+func nextImage(st testbootc.State) string {
+	switch {
+	case st.Staged != nil:
+		return st.Staged.Image
+	case st.RollbackQueued && st.Rollback != nil:
+		return st.Rollback.Image
+	}
+	return ""
 }

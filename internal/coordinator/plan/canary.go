@@ -43,6 +43,9 @@ type waveState struct {
 	zoned   bool
 	zone    string
 	hasZone bool
+	// hold: a wave ends in this pass (waveBoundary); no reboot grant until
+	// the next, and why.
+	hold string
 }
 
 // rebootEligible is the waves' say on a reboot grant to node name: the
@@ -52,6 +55,8 @@ func (p *planner) rebootEligible(name string) (ok bool, why string) {
 	w := p.wavesNow()
 	n := p.nodes[name]
 	switch {
+	case w.hold != "":
+		return false, w.hold
 	case w.waiting && !w.canary[name]:
 		return false, w.waitingText()
 	case w.zoned && w.hasZone && ZoneOf(p.zoneOrder(), n.Zone) != w.zone:
@@ -89,6 +94,7 @@ func (p *planner) wavesNow() *waveState {
 	want := p.canaryCount()
 	if p.target.Digest == "" || want == 0 {
 		p.currentZone(w, holds)
+		p.holdAtBoundary(w)
 		return w
 	}
 	w.on = true
@@ -119,7 +125,54 @@ func (p *planner) wavesNow() *waveState {
 		p.requeueAt(w.soakUntil)
 	}
 	p.currentZone(w, holds)
+	p.holdAtBoundary(w)
 	return w
+}
+
+func (p *planner) holdAtBoundary(w *waveState) {
+	if w.hold = p.waveBoundary(w); w.hold != "" {
+		p.requeueAt(p.in.Now)
+	}
+}
+
+// waveBoundary says why no reboot grant goes out in this pass when a wave
+// ends in it: the last canary's slot, or the last slot of the zone that was
+// rolling, is released in this pass (held as read, free after). The next wave's first grants wait for
+// the next pass, so they are written after that release: the controller
+// writes a release that hands its slot on in one write with that grant,
+// beside other slots' grants, and a grant of the next wave written beside
+// the release it counted on could land first (the Lease history, and a
+// crash or a conflict in between, would show two waves under way at once).
+func (p *planner) waveBoundary(w *waveState) string {
+	read := p.holdsAsRead()
+	if w.newly {
+		for _, name := range w.canaries {
+			if holdsKind(read[name], lease.KindReboot) {
+				return "the canaries passed in this pass; the rest of the pool goes once their slots' release is written"
+			}
+		}
+	}
+	if !w.zoned || !w.hasZone {
+		return ""
+	}
+	before := &waveState{canary: w.canary, waiting: w.waiting}
+	p.currentZone(before, read)
+	if before.hasZone && before.zone != w.zone {
+		return fmt.Sprintf("zone %s finished in this pass; zone %s starts once its last release is written", zoneName(before.zone), zoneName(w.zone))
+	}
+	return ""
+}
+
+// holdsAsRead returns the slots each node held as read, before this pass's
+// changes.
+func (p *planner) holdsAsRead() map[string][]*Slot {
+	h := map[string][]*Slot{}
+	for _, s := range WithPhases(p.in.Slots) {
+		if s.State != SlotFree && s.Holder != "" {
+			h[s.Holder] = append(h[s.Holder], &s)
+		}
+	}
+	return h
 }
 
 // canaryCount is spec.rollout.canary.nodes for this pool (a percentage of

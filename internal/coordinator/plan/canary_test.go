@@ -71,7 +71,7 @@ func init() {
 		scenario{
 			name: "zone-held",
 			about: "4 nodes, maxUnavailable 2, maxStaging 4, zones a (node-00, node-01), b (node-02), c (node-03): node-00 is held (staged before the hold), so zone a is done once node-01 is, " +
-				"and zone b goes, alone although two slots are free; the hold is lifted after pass 5, while zone b is under way: node-00 waits for zone b to finish, then zone a goes again, then zone c",
+				"and zone b goes, alone although two slots are free; the hold is lifted after pass 6, while zone b is under way: node-00 waits for zone b to finish, then zone a goes again, then zone c",
 			nodes: 4, passes: 40,
 			setup: func(w *world) {
 				budget(w, 2, 4)
@@ -80,7 +80,7 @@ func init() {
 				w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged)
 			},
 			act: func(w *world, pass int, _ map[string]bool) {
-				if pass == 5 {
+				if pass == 6 {
 					w.nodes["node-00"].Held, w.nodes["node-00"].HoldReason = false, ""
 				}
 				w.idealWorld()
@@ -402,7 +402,13 @@ func drawWaveLabels(rt *rapid.T, w *world, name string) {
 // under zoneOrder Sequential, never reboot slots under way in two zones
 // after a pass that granted one.
 func checkWaves(rt *rapid.T, w *world, in Input, out Output) {
-	grants := rebootGrants(out)
+	// A rollback grant re-issues a failed node's own slot: no wave's grant.
+	var grants []string
+	for _, c := range changes(out, OpGrant, lease.KindReboot) {
+		if !c.Rollback {
+			grants = append(grants, c.Node)
+		}
+	}
 	cs := out.Status.Canary
 	spec := in.Pool.Spec.Rollout.Canary
 	if cs != nil && cs.Target != w.target.String() {
@@ -444,8 +450,34 @@ func checkWaves(rt *rapid.T, w *world, in Input, out Output) {
 			}
 		}
 	}
+	// The pass that releases the last canary's slot grants no other node:
+	// that grant would be written beside the release.
+	newly := cs != nil && cs.PassedTime != nil && (in.Pool.Status.Canary == nil || in.Pool.Status.Canary.PassedTime == nil)
+	for _, s := range WithPhases(in.Slots) {
+		if !newly || s.Kind != lease.KindReboot || s.State == SlotFree || !slices.Contains(cs.Nodes, s.Grant.Holder) {
+			continue
+		}
+		for _, g := range grants {
+			if !slices.Contains(cs.Nodes, g) {
+				rt.Fatalf("reboot grant to %s, not a canary, in the pass that released canary %s's slot %s", g, s.Grant.Holder, s.Name)
+			}
+		}
+	}
 	if len(grants) == 0 || in.Pool.Spec.Rollout.ZoneOrder == fleetv1.ZoneOrderAny {
 		return
+	}
+	// A slot under way as read is released in this pass at the earliest:
+	// a grant in another zone would be written beside that release.
+	for _, s := range WithPhases(in.Slots) {
+		h := w.nodes[s.Grant.Holder]
+		if s.Kind != lease.KindReboot || s.State == SlotFree || s.Phase == PhaseFailed || h == nil || !h.InPool {
+			continue
+		}
+		for _, g := range grants {
+			if w.nodes[g].Zone != h.Zone {
+				rt.Fatalf("reboot grant to %s (zone %q) while %s (zone %q) held %s as read: written beside its release", g, w.nodes[g].Zone, h.Name, h.Zone, s.Name)
+			}
+		}
 	}
 	busy := map[string][]string{}
 	for _, name := range sortedKeys(w.nodes) {
@@ -455,5 +487,42 @@ func checkWaves(rt *rapid.T, w *world, in Input, out Output) {
 	}
 	if len(busy) > 1 {
 		rt.Fatalf("zoneOrder Sequential: reboot grants %v leave reboot slots under way in %d zones: %v", grants, len(busy), busy)
+	}
+}
+
+// A wave's end and the next wave's start are two passes: the pass that
+// releases the last slot of zone a grants nothing, so zone b's grants are
+// written after that release, never beside it (the controller writes a
+// release that hands its slot on together with that grant, and other
+// slots' grants in the same round); the next pass grants zone b. The same
+// for the last canary and the rest of the pool.
+func TestTheNextWaveStartsInThePassAfterTheLastRelease(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(w *world)
+	}{
+		{"zones", func(w *world) { zones(w, "node-00=a node-01=b node-02=b") }},
+		{"canary", func(w *world) { canaries(w, intstr.FromInt32(1), 0) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := wavesWorld(3)
+			c.setup(w)
+			w.step() // the slots
+			if got := strings.Join(rebootGrants(w.step()), " "); got != "node-00" {
+				t.Fatalf("first wave: reboot grants %q, want node-00 alone", got)
+			}
+			rebootAndReturn(t, w, "node-00")
+			out := w.step()
+			if r := changes(out, OpRelease, lease.KindReboot); len(r) != 1 || r[0].Node != "node-00" {
+				t.Fatalf("node-00 not released: %+v", out.Changes)
+			}
+			if g := rebootGrants(out); len(g) != 0 || out.RequeueAfter <= 0 || out.RequeueAfter > time.Second {
+				t.Fatalf("the pass that ends the wave: reboot grants %v (want none), requeue after %s (want within 1s)", g, out.RequeueAfter)
+			}
+			w.now = w.now.Add(time.Second)
+			if got := strings.Join(rebootGrants(w.step()), " "); got != "node-01 node-02" {
+				t.Fatalf("the pass after: reboot grants %q, want node-01 node-02", got)
+			}
+		})
 	}
 }

@@ -279,11 +279,23 @@ func (p *planner) gatesFailing(slots []Slot) bool {
 // bootc lists the grant's image as its rollback deployment: the boot loader
 // chose the other deployment of the pair (boot counting fell back, or a
 // rollback ran). A node booted elsewhere for another reason is left to
-// rebootTimeout, as before.
+// rebootTimeout, as before. While the agent says its bootc status has not
+// settled in the new boot (settling), the booted deployment it reports is
+// no verdict yet.
 func backOnOther(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) bool {
-	return n.Ready && st != nil && st.Booted != nil && imageref.IsDigest(st.Booted.Digest) &&
+	return n.Ready && st != nil && !settling(st) && st.Booted != nil && imageref.IsDigest(st.Booted.Digest) &&
 		st.Booted.Digest != g.Image.Digest && n.BootID != g.BootID &&
 		st.Rollback != nil && st.Rollback.Digest == g.Image.Digest
+}
+
+// settling: the agent reports, in a new boot, that bootc status does not
+// show yet the image it rebooted into and that it reads it again until its
+// settle timeout (agent rule 2, phase Rebooting, reason StatusSettling).
+// Early in a boot bootc status can still describe the boot before: after a
+// rollback's reboot, the failed image booted with the grant's image as its
+// rollback deployment, which is what a rollback that did not take looks like.
+func settling(st *fleetv1.BootcNodeStatus) bool {
+	return st.Phase == fleetv1.PhaseRebooting && st.Reason == fleetv1.ReasonStatusSettling
 }
 
 // rolledBackByHost: an update grant's node came back on another image by

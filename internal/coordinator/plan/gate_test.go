@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +229,62 @@ func TestRollbackNotBackInTimeFails(t *testing.T) {
 		if out := w.step(); len(out.Changes) != 0 || out.Status.Failures != 1 {
 			t.Fatalf("a failed rollback moved: %+v, failures %d", out.Changes, out.Status.Failures)
 		}
+	}
+}
+
+// Early in the boot after a rollback's reboot, bootc status can still
+// show the boot before: the failed image booted, the rollback grant's image
+// as its rollback deployment, which is what a rollback that did not take
+// looks like. While the agent reports its status settling (Rebooting,
+// StatusSettling) that is no verdict: the grant is not failed; once the
+// status shows the previous image, the slot is released as rolled back.
+// The same holds for an update grant: a stale status is not the host
+// rolling back by itself.
+func TestASettlingStatusIsNoVerdictOnTheImage(t *testing.T) {
+	for _, rollback := range []bool{true, false} {
+		t.Run(fmt.Sprintf("rollback=%v", rollback), func(t *testing.T) {
+			w := gateWorld(t, 2, fleetv1.OnFailureRollback)
+			stale, want := imgV1, imgV0 // booted as the stale status shows it; the rollback deployment
+			if rollback {
+				failGate(t, w)
+				w.step() // the rollback grant
+			} else {
+				// Back to node-00's update grant in phase Reboot, in the
+				// boot it was granted in, with v1 as its rollback.
+				w = stagedWorld(2, 1)
+				gatedPool(w, time.Minute, 0, fleetv1.OnFailureRollback)
+				w.step()
+				w.step()
+				w.rollbacks["node-00"] = imgV1
+				stale, want = imgV0, imgV1
+			}
+			s, _ := w.grantOf("node-00", lease.KindReboot)
+			w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
+			w.step() // advanced to Reboot
+			if s, _ := w.grantOf("node-00", lease.KindReboot); s.Grant.Phase != lease.PhaseReboot || s.Grant.Rollback != rollback {
+				t.Fatalf("grant %+v, want phase Reboot, rollback %v", s.Grant, rollback)
+			}
+			w.boots["node-00"]++
+			w.nodes["node-00"].BootID = bootID("node-00", w.boots["node-00"])
+			w.agentReports("node-00", stale, imageref.Pinned{}, fleetv1.PhaseRebooting)
+			w.bns["node-00"].Status.Reason = fleetv1.ReasonStatusSettling
+			w.bns["node-00"].Status.Rollback = &fleetv1.Deployment{Image: want.String(), Digest: want.Digest}
+			for i := 0; i < 3; i++ {
+				w.now = w.now.Add(10 * time.Second)
+				if out := w.step(); len(changes(out, OpMarkFailed, lease.KindReboot))+len(changes(out, OpRelease, lease.KindReboot)) != 0 {
+					t.Fatalf("a settling status judged: %+v", out.Changes)
+				}
+			}
+			if rollback {
+				// Settled: booted on the previous image.
+				w.rollbacks["node-00"] = imgV1
+				w.agentReports("node-00", imgV0, imageref.Pinned{}, fleetv1.PhaseIdle)
+				w.now = w.now.Add(10 * time.Second)
+				if r := changes(w.step(), OpRelease, lease.KindReboot); len(r) != 1 || r[0].Why != WhyRolledBack {
+					t.Fatalf("not released as rolled back: %+v", r)
+				}
+			}
+		})
 	}
 }
 
