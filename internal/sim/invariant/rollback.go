@@ -43,12 +43,17 @@ func (q quarantine) activeAtSeq(seq int64) bool { return seq > q.seq && seq < q.
 // quarantines reads the Quarantine and PoolImage events of every pool.
 func quarantines(evs []Event) map[string][]quarantine {
 	out := map[string][]quarantine{}
+	spec := map[string]string{} // pool -> spec.image as last logged
 	for _, e := range evs {
 		switch e.Kind {
 		case Quarantine:
-			out[e.Pool] = append(out[e.Pool], quarantine{ev: e, specImage: e.Detail, digest: e.Image, rv: e.RV, seq: e.Seq,
-				endRV: math.MaxInt64, endSeq: math.MaxInt64})
+			q := quarantine{ev: e, specImage: e.Detail, digest: e.Image, rv: e.RV, seq: e.Seq, endRV: math.MaxInt64, endSeq: math.MaxInt64}
+			if s, ok := spec[e.Pool]; ok && s != q.specImage {
+				q.endRV, q.endSeq = q.rv, q.seq // written for an image spec.image no longer names: stands for nothing
+			}
+			out[e.Pool] = append(out[e.Pool], q)
 		case PoolImage:
+			spec[e.Pool] = e.Detail
 			qs := out[e.Pool]
 			for i := range qs {
 				if qs[i].endSeq == math.MaxInt64 && e.Detail != qs[i].specImage && e.RV > qs[i].rv {
