@@ -138,6 +138,15 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 			opts.MaxStaging = max(opts.MaxStaging, 2)
 		}
 	}
+	// Half the seeds gate on the host, some with canaries, and some of
+	// those roll an image pushed bad (chaosbad.go).
+	bad := drawBad(seed, opts.Nodes, dead >= 0)
+	for i, on := range bad.crashRollback {
+		if on {
+			behaviours[i].CrashBeforeRollbackReboot = 1
+		}
+	}
+	opts.Mutate = bad.mutate
 	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
 	var faults []Fault
 	var faultsMu sync.Mutex // faults fire in goroutines of their own
@@ -148,6 +157,9 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	}
 	if longStale >= 0 {
 		note(KindLongStale, "node %d: bootc status stays stale for %s after each reboot", longStale, behaviours[longStale].StaleAfterReboot)
+	}
+	if bad.gated {
+		note(KindBadImage, "%s", bad)
 	}
 	if skewed >= 0 {
 		note(KindClockSkew, "node %d: its clock is off by %v in its successive boots", skewed, behaviours[skewed].ClockSkews)
@@ -168,12 +180,13 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		p.Nodes[hostile].MakeHostile(f.ctx, hostileKind, hostileRec)
 	}
 	tags := []string{"v2"}
-	images := map[string]string{"v2": p.Push("v2")}
 	changes := 1 + r.IntN(3)
 	for i := 0; i < changes; i++ {
-		tag := fmt.Sprintf("v%d", i+3)
-		tags = append(tags, tag)
-		images[tag] = p.Push(tag)
+		tags = append(tags, fmt.Sprintf("v%d", i+3))
+	}
+	images := map[string]string{}
+	for i, tag := range tags {
+		images[tag] = bad.push(p, tags, i)
 	}
 	// Stage failures and a hang on some nodes.
 	for i, n := range p.Nodes {
@@ -318,6 +331,13 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	sim.WaitFor(ctx, 5*time.Second, func() bool { return p.Status().Rebooting == 0 || (dead >= 0 && p.Halted()) })
 	budget := invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter}
 	fin := p.Final(target)
+	if bad.mode == badAtTheEnd && len(res.Problems) == 0 {
+		// The target moves on to an image pushed bad: nodes end on the
+		// last good one (target), but one that failed its gate under Halt.
+		var problems []string
+		fin, problems = bad.badEnd(ctx, f, p, target, note)
+		res.Problems = append(res.Problems, problems...)
+	}
 	if dead >= 0 && p.Nodes[dead].Dead() {
 		// Halted: nodes that were still waiting for a reboot slot keep their
 		// old image by design; they are judged by I1-I3 and I5 only.

@@ -201,10 +201,22 @@ func judgeRollback(p *Pool, canary, bad, old string) []string {
 		out = append(out, fmt.Sprintf("canary %s: %d reboots under %d reboot grants, want 2 under 2", canary, reboots[canary], grants[canary]))
 	}
 	var into []string
+	runs, quarantined := 0, false
 	for _, e := range p.Events() {
-		if e.Kind == invariant.Reboot && e.Node == canary {
+		switch {
+		case e.Kind == invariant.Reboot && e.Node == canary:
 			into = append(into, fmt.Sprintf("%s rollback=%v", e.Image, e.Rollback))
+		case e.Kind == invariant.RollbackRun && e.Node == canary:
+			runs++
+		case e.Kind == invariant.Quarantine && e.Image == bad:
+			quarantined = true
 		}
+	}
+	// What I1 and I6 judge must be in the log: one bootc rollback (an
+	// agent that crashed after it must not run a second, which reverts
+	// the first), and the quarantine.
+	if runs != 1 || !quarantined {
+		out = append(out, fmt.Sprintf("the log has %d runs of bootc rollback on %s (want 1) and quarantine of %s logged %v", runs, canary, bad, quarantined))
 	}
 	if want := []string{bad + " rollback=false", old + " rollback=true"}; fmt.Sprint(into) != fmt.Sprint(want) {
 		out = append(out, fmt.Sprintf("canary %s rebooted into %v, want %v", canary, into, want))

@@ -18,7 +18,7 @@ func TestRollbackInterrupted(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
 	f := Start(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel) // after the parallel subtests, not when this function returns
 	for i, fault := range RollbackFaults {
 		t.Run(string(fault), func(t *testing.T) {
 			t.Parallel()
