@@ -360,6 +360,9 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	default: // never reconciled: the liveness problem above says so
 	}
 	res.Violations = invariant.Check(p.Events(), map[string]invariant.Pool{name: budget}, fin)
+	if s := bad.summary(p.Events()); s != "" {
+		res.Notes = append(res.Notes, s)
+	}
 	res.Reboots = p.Reboots()
 	res.Duration = time.Since(start)
 	if !res.Failed() {

@@ -189,3 +189,24 @@ func (b chaosBad) badEnd(ctx context.Context, f *Fleet, p *Pool, good string, no
 	}
 	return fin, problems
 }
+
+// summary says what a gated seed's bad image did ("" when nothing was
+// quarantined nor rolled back), so a campaign shows how many seeds took
+// the rollback path.
+func (b chaosBad) summary(evs []invariant.Event) string {
+	quarantines, runs, reboots := 0, 0, 0
+	for _, e := range evs {
+		switch {
+		case e.Kind == invariant.Quarantine:
+			quarantines++
+		case e.Kind == invariant.RollbackRun:
+			runs++
+		case e.Kind == invariant.Reboot && e.Rollback:
+			reboots++
+		}
+	}
+	if !b.gated || quarantines+runs+reboots == 0 {
+		return ""
+	}
+	return fmt.Sprintf("bad image: %d quarantined, %d runs of bootc rollback, %d reboots into a rollback", quarantines, runs, reboots)
+}
