@@ -65,8 +65,9 @@ const (
 // hangs, stale status after reboots, a node that never comes back, a PDB
 // that blocks a drain for a while, lease update conflicts, and 1-3 image
 // changes at random moments; with cluster faults also coordinator crashes
-// and API server outages (they hit every pool of the fleet). It checks
-// I1-I5 over the whole run.
+// and API server outages (they hit every pool of the fleet); in half the
+// seeds a health gate on the host, canaries and images pushed bad
+// (chaosbad.go). It checks I1-I6 over the whole run.
 //
 // The seed decides the fleet, the faults and their timing; goroutine
 // scheduling is not replayed, so a replay reproduces the same plan, not the
