@@ -332,13 +332,6 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	sim.WaitFor(ctx, 5*time.Second, func() bool { return p.Status().Rebooting == 0 || (dead >= 0 && p.Halted()) })
 	budget := invariant.Pool{MaxUnavailable: opts.MaxUnavailable, MaxStaging: opts.MaxStaging, HaltAfter: opts.HaltAfter}
 	fin := p.Final(target)
-	if bad.mode == badAtTheEnd && len(res.Problems) == 0 {
-		// The target moves on to an image pushed bad: nodes end on the
-		// last good one (target), but one that failed its gate under Halt.
-		var problems []string
-		fin, problems = bad.badEnd(ctx, f, p, target, note)
-		res.Problems = append(res.Problems, problems...)
-	}
 	if dead >= 0 && p.Nodes[dead].Dead() {
 		// Halted: nodes that were still waiting for a reboot slot keep their
 		// old image by design; they are judged by I1-I3 and I5 only.
@@ -355,6 +348,18 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		hn := p.Nodes[hostile].Name
 		delete(fin.Nodes, hn)
 		res.Problems = append(res.Problems, judgeHostile(ctx, f, p, hn, hostileKind, hostileRec, &res.Notes)...)
+	}
+	if bad.mode == badAtTheEnd && len(res.Problems) == 0 {
+		// The target moves on to an image pushed bad: nodes end on the
+		// last good one (target), but one that failed its gate under Halt.
+		// (After the hostile node's judgement: a quarantined target
+		// blocks every node, which its rollout state then says first.)
+		var problems []string
+		fin, problems = bad.badEnd(ctx, f, p, target, note)
+		res.Problems = append(res.Problems, problems...)
+		if hostile >= 0 {
+			delete(fin.Nodes, p.Nodes[hostile].Name)
+		}
 	}
 	select {
 	case res.FirstReconcile = <-firstReconcile:
