@@ -182,10 +182,14 @@ func (b chaosBad) badEnd(ctx context.Context, f *Fleet, p *Pool, good string, no
 			bad, failed(), p.Halted(), waiting, p.Status()), "cluster state: "+f.describe(ctx, p))
 	}
 	fin := p.Final(good)
-	if node := failed(); b.halt && node != "" {
-		fn := fin.Nodes[node]
-		fn.Healthy = false // failed its gate and held: a failure haltAfterFailures counts
-		fin.Nodes[node] = fn
+	for name, fn := range fin.Nodes {
+		if b.halt && fn.Booted == bad {
+			// Failed its gate and held: a failure haltAfterFailures
+			// counts. With maxUnavailable 2 a second node's reboot into
+			// the bad image may have been under way: it fails too.
+			fn.Healthy = false
+			fin.Nodes[name] = fn
+		}
 	}
 	return fin, problems
 }
