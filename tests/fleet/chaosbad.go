@@ -175,11 +175,18 @@ func (b chaosBad) badEnd(ctx context.Context, f *Fleet, p *Pool, good string, no
 		ok, _ := p.Converged(good)
 		return ok && p.Status().Rebooting == 0
 	}
+	// The gate fails health.timeout after its node came back, as the
+	// coordinator sees it: a restarted coordinator times it from its own
+	// first sight of back-since (amendment 21: up to one timer longer,
+	// never shorter), and the seeds sharing this fleet restart it now and
+	// then, each restart hitting every pool. So the bound leaves room for
+	// several restarts, not only for one gate and one rollback.
+	const bound = 6 * time.Minute
 	var problems []string
-	if !sim.WaitFor(ctx, 3*time.Minute, done) {
+	if !sim.WaitFor(ctx, bound, done) {
 		_, waiting := p.Converged(good)
-		problems = append(problems, fmt.Sprintf("the bad image %s was not caught and undone within 3m (failed node %q, halted %v, waiting for %s); pool %+v",
-			bad, failed(), p.Halted(), waiting, p.Status()), "cluster state: "+f.describe(ctx, p))
+		problems = append(problems, fmt.Sprintf("the bad image %s was not caught and undone within %s (failed node %q, halted %v, waiting for %s); pool %+v",
+			bad, bound, failed(), p.Halted(), waiting, p.Status()), "cluster state: "+f.describe(ctx, p))
 	}
 	fin := p.Final(good)
 	for name, fn := range fin.Nodes {
