@@ -50,6 +50,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -217,6 +218,13 @@ func StartProcFleet(ctx context.Context, opts ProcOptions) (_ *ProcFleet, err er
 	}
 	go FinishPodDeletions(fctx, f.Kube, 100*time.Millisecond)
 	if err := Record(fctx, f.Kube, f.Log, func(string) string { return f.Pool }); err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(opts.Env.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := RecordPools(fctx, dyn, f.Log); err != nil {
 		return nil, err
 	}
 	for i := 0; i < opts.Nodes; i++ {

@@ -381,7 +381,12 @@ func (n *ProcNode) rebootRequested(soft bool) {
 		step = "soft-reboot"
 	}
 	c, ok := n.nextConfirm(step, 5*time.Second)
-	img := n.stagedImage()
+	img, rollback := n.stagedImage(), false
+	if m, err := n.Bootc.Machine(); err == nil && m.State().RollbackQueued && m.State().Rollback != nil {
+		// The reboot enters the rollback deployment `bootc rollback`
+		// queued (I1: only under a rollback grant for it).
+		img, rollback = m.State().Rollback.Image, true
+	}
 	var e invariant.Event
 	if ok {
 		e = n.action(invariant.Reboot, img, c)
@@ -389,7 +394,7 @@ func (n *ProcNode) rebootRequested(soft bool) {
 		e = n.action(invariant.Reboot, img, procConfirm{at: now})
 		e.GrantLease, e.GrantRV, e.Detail = "", 0, "no confirmed "+step+" grant in the agent's log"
 	}
-	e.Soft = soft
+	e.Soft, e.Rollback = soft, rollback
 	n.f.Log.Add(e)
 	n.mu.Lock()
 	if n.down || !n.f.beginReboot() {

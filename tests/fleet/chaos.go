@@ -65,8 +65,9 @@ const (
 // hangs, stale status after reboots, a node that never comes back, a PDB
 // that blocks a drain for a while, lease update conflicts, and 1-3 image
 // changes at random moments; with cluster faults also coordinator crashes
-// and API server outages (they hit every pool of the fleet). It checks
-// I1-I5 over the whole run.
+// and API server outages (they hit every pool of the fleet); in half the
+// seeds a health gate on the host, canaries and images pushed bad
+// (chaosbad.go). It checks I1-I6 over the whole run.
 //
 // The seed decides the fleet, the faults and their timing; goroutine
 // scheduling is not replayed, so a replay reproduces the same plan, not the
@@ -138,6 +139,15 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 			opts.MaxStaging = max(opts.MaxStaging, 2)
 		}
 	}
+	// Half the seeds gate on the host, some with canaries, and some of
+	// those roll an image pushed bad (chaosbad.go).
+	bad := drawBad(seed, opts.Nodes, dead >= 0)
+	for i, on := range bad.crashRollback {
+		if on {
+			behaviours[i].CrashBeforeRollbackReboot = 1
+		}
+	}
+	opts.Mutate = bad.mutate
 	opts.Behaviour = func(i int) NodeBehaviour { return behaviours[i] }
 	var faults []Fault
 	var faultsMu sync.Mutex // faults fire in goroutines of their own
@@ -148,6 +158,9 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 	}
 	if longStale >= 0 {
 		note(KindLongStale, "node %d: bootc status stays stale for %s after each reboot", longStale, behaviours[longStale].StaleAfterReboot)
+	}
+	if bad.gated {
+		note(KindBadImage, "%s", bad)
 	}
 	if skewed >= 0 {
 		note(KindClockSkew, "node %d: its clock is off by %v in its successive boots", skewed, behaviours[skewed].ClockSkews)
@@ -168,12 +181,13 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		p.Nodes[hostile].MakeHostile(f.ctx, hostileKind, hostileRec)
 	}
 	tags := []string{"v2"}
-	images := map[string]string{"v2": p.Push("v2")}
 	changes := 1 + r.IntN(3)
 	for i := 0; i < changes; i++ {
-		tag := fmt.Sprintf("v%d", i+3)
-		tags = append(tags, tag)
-		images[tag] = p.Push(tag)
+		tags = append(tags, fmt.Sprintf("v%d", i+3))
+	}
+	images := map[string]string{}
+	for i, tag := range tags {
+		images[tag] = bad.push(p, tags, i)
 	}
 	// Stage failures and a hang on some nodes.
 	for i, n := range p.Nodes {
@@ -335,11 +349,26 @@ func Chaos(ctx context.Context, f *Fleet, seed int64, cluster ClusterFaults) (Re
 		delete(fin.Nodes, hn)
 		res.Problems = append(res.Problems, judgeHostile(ctx, f, p, hn, hostileKind, hostileRec, &res.Notes)...)
 	}
+	if bad.mode == badAtTheEnd && len(res.Problems) == 0 {
+		// The target moves on to an image pushed bad: nodes end on the
+		// last good one (target), but one that failed its gate under Halt.
+		// (After the hostile node's judgement: a quarantined target
+		// blocks every node, which its rollout state then says first.)
+		var problems []string
+		fin, problems = bad.badEnd(ctx, f, p, target, note)
+		res.Problems = append(res.Problems, problems...)
+		if hostile >= 0 {
+			delete(fin.Nodes, p.Nodes[hostile].Name)
+		}
+	}
 	select {
 	case res.FirstReconcile = <-firstReconcile:
 	default: // never reconciled: the liveness problem above says so
 	}
 	res.Violations = invariant.Check(p.Events(), map[string]invariant.Pool{name: budget}, fin)
+	if s := bad.summary(p.Events()); s != "" {
+		res.Notes = append(res.Notes, s)
+	}
 	res.Reboots = p.Reboots()
 	res.Duration = time.Since(start)
 	if !res.Failed() {

@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -203,6 +204,13 @@ func Start(tb testing.TB, opts Options) *Fleet {
 	f.coordBin, f.light, f.directAPI = opts.CoordinatorBinary, opts.LightAgents, opts.DirectAPI
 	go sim.FinishPodDeletions(ctx, f.Kube, 50*time.Millisecond)
 	if err := sim.Record(ctx, f.Kube, f.Log, poolOfNode); err != nil {
+		tb.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := sim.RecordPools(ctx, dyn, f.Log); err != nil {
 		tb.Fatal(err)
 	}
 	f.StartCoordinator()

@@ -34,6 +34,10 @@ type NodeBehaviour struct {
 	// CrashBeforeReboot: the agent dies this many times after recording a
 	// reboot and before the reboot is issued (then it is restarted).
 	CrashBeforeReboot int
+	// CrashBeforeRollbackReboot: the agent dies this many times after
+	// `bootc rollback` queued the rollback deployment and before the reboot
+	// into it is issued (then it is restarted, in the same boot).
+	CrashBeforeRollbackReboot int
 	// Generation is the bootc release line the machine runs (default:
 	// testbootc.Gen1_16); read when the node is made.
 	Generation testbootc.Generation
@@ -277,7 +281,7 @@ func (n *SimNode) Reboot(ctx context.Context, planned bool) {
 			return
 		case <-time.After(b.BootTime):
 		}
-		n.log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: newBoot})
+		n.log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: newBoot, Image: n.bootedImage()})
 		n.mu.Lock()
 		n.down, n.rebooting = false, false
 		n.boots++
@@ -316,7 +320,7 @@ func (n *SimNode) SoftReboot(ctx context.Context) {
 		case <-time.After(down):
 		}
 		bootID := n.Machine.BootID()
-		n.log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: bootID, SoftRebootCount: count, Soft: true})
+		n.log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: bootID, SoftRebootCount: count, Soft: true, Image: n.bootedImage()})
 		n.mu.Lock()
 		n.down, n.rebooting = false, false
 		n.mu.Unlock()
@@ -343,6 +347,15 @@ func newMemBootc(n *SimNode) memBootc {
 type unlockWatch struct{ n *SimNode }
 
 func (u unlockWatch) Run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	if len(args) > 0 && args[0] == "rollback" {
+		// I1 checks that `bootc rollback` runs under a rollback grant for
+		// the deployment it queues.
+		img := ""
+		if rb := u.n.Machine.State().Rollback; rb != nil {
+			img = rb.Image
+		}
+		u.n.log.Add(u.n.event(invariant.RollbackRun, img))
+	}
 	code, err := u.n.bootc.Run(ctx, args, stdout, stderr)
 	if len(args) > 0 && (args[0] == "switch" || args[0] == "upgrade") {
 		if st := u.n.Machine.State().Staged; st != nil && !st.DownloadOnly {
@@ -414,10 +427,13 @@ func (h memHost) SoftRebootsCount(context.Context) (uint32, bool, error) {
 
 func (h memHost) Reboot(context.Context) error {
 	n := h.n
+	e := n.rebootEvent()
 	n.mu.Lock()
 	crash := n.behaviour.CrashBeforeReboot > 0
 	if crash {
 		n.behaviour.CrashBeforeReboot--
+	} else if crash = e.Rollback && n.behaviour.CrashBeforeRollbackReboot > 0; crash {
+		n.behaviour.CrashBeforeRollbackReboot--
 	}
 	n.mu.Unlock()
 	if crash {
@@ -430,9 +446,34 @@ func (h memHost) Reboot(context.Context) error {
 		}()
 		return fmt.Errorf("simulated crash before the reboot was issued")
 	}
-	h.n.log.Add(h.n.event(invariant.Reboot, nextImage(h.n.Machine.State())))
-	h.n.Reboot(h.ctx, true)
+	n.log.Add(e)
+	n.Reboot(h.ctx, true)
 	return nil
+}
+
+// rebootEvent is the Reboot event of a reboot issued now: into the
+// rollback deployment when `bootc rollback` queued it (Rollback), else into
+// the staged deployment, if any.
+func (n *SimNode) rebootEvent() invariant.Event {
+	st := n.Machine.State()
+	img := ""
+	switch {
+	case st.RollbackQueued && st.Rollback != nil:
+		img = st.Rollback.Image
+	case st.Staged != nil:
+		img = st.Staged.Image
+	}
+	e := n.event(invariant.Reboot, img)
+	e.Rollback = st.RollbackQueued
+	return e
+}
+
+// bootedImage is the image the machine runs, "" if none.
+func (n *SimNode) bootedImage() string {
+	if b := n.Machine.State().Booted; b != nil {
+		return b.Image
+	}
+	return ""
 }
 
 // SoftReboot is logind's RebootWithFlags(SD_LOGIND_SOFT_REBOOT): refused by
@@ -442,22 +483,9 @@ func (h memHost) SoftReboot(context.Context) error {
 	if h.n.behave().OldSystemd {
 		return fmt.Errorf("logind RebootWithFlags: Invalid flags parameter")
 	}
-	e := h.n.event(invariant.Reboot, nextImage(h.n.Machine.State()))
+	e := h.n.rebootEvent()
 	e.Soft = true
 	h.n.log.Add(e)
 	h.n.SoftReboot(h.ctx)
 	return nil
-}
-
-// nextImage is the image a reboot now boots, as the invariant checker
-// matches it to the grant: the staged deployment, else the rollback
-// deployment `bootc rollback` queued, else none.
-func nextImage(st testbootc.State) string {
-	switch {
-	case st.Staged != nil:
-		return st.Staged.Image
-	case st.RollbackQueued && st.Rollback != nil:
-		return st.Rollback.Image
-	}
-	return ""
 }

@@ -48,8 +48,20 @@ const (
 	// loss).
 	UnplannedReboot Kind = "UnplannedReboot"
 	// Boot is the node coming up in a new boot (BootID, SoftRebootCount;
-	// Soft for a soft reboot, which keeps the boot ID).
+	// Soft for a soft reboot, which keeps the boot ID; Image, when known,
+	// the image it booted).
 	Boot Kind = "Boot"
+	// RollbackRun is a run of `bootc rollback` (Image: the rollback
+	// deployment it queues for the next boot). It must be under a rollback
+	// grant for that image and boot, in phase Reboot.
+	RollbackRun Kind = "Rollback"
+	// Quarantine is a pool's status.quarantine naming a new digest (Image,
+	// repo@sha256) failed while spec.image was Detail; RV is the pool
+	// version that says so (from a watch).
+	Quarantine Kind = "Quarantine"
+	// PoolImage is a pool's spec.image becoming Detail at pool version RV
+	// (from the same watch as Quarantine).
+	PoolImage Kind = "PoolImage"
 )
 
 // Event is one thing that happened. Fields not relevant to a kind are empty.
@@ -85,7 +97,11 @@ type Event struct {
 	GrantLease string
 	GrantRV    int64
 	Soft       bool
-	Detail     string
+	// Rollback: on a LeaseVersion, a rollback grant (purpose Rollback,
+	// amendment 25); on a Reboot, the reboot enters the rollback
+	// deployment `bootc rollback` queued, not a staged one.
+	Rollback bool
+	Detail   string
 }
 
 func (e Event) String() string {
@@ -110,6 +126,9 @@ func (e Event) String() string {
 	}
 	if e.Soft {
 		add("soft", "true")
+	}
+	if e.Rollback {
+		add("rollback", "true")
 	}
 	if e.ContentBoot != e.CurrentBoot {
 		add("contentBoot", short(e.ContentBoot))
@@ -179,7 +198,7 @@ func (v Violation) String() string {
 	return b.String()
 }
 
-// Check checks I1-I5 over a run.
+// Check checks I1-I6 over a run.
 func Check(events []Event, pools map[string]Pool, final Final) []Violation {
 	evs := append([]Event(nil), events...)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
@@ -189,6 +208,7 @@ func Check(events []Event, pools map[string]Pool, final Final) []Violation {
 	out = append(out, checkOneRebootPerGrant(evs)...)
 	out = append(out, checkConvergence(evs, pools, final)...)
 	out = append(out, checkFreshness(evs)...)
+	out = append(out, checkQuarantine(evs)...)
 	return out
 }
 
@@ -198,7 +218,9 @@ type leaseKey struct {
 }
 
 // checkGated is I1: every stage and every reboot happened under a valid grant
-// for that node, that image and that boot.
+// for that node, that image and that boot; a rollback (`bootc rollback` and
+// the reboot into the deployment it queued) only under a rollback grant, an
+// update (apply and reboot into a staged deployment) never under one.
 func checkGated(evs []Event) []Violation {
 	versions := map[leaseKey]Event{}
 	for _, e := range evs {
@@ -212,7 +234,7 @@ func checkGated(evs []Event) []Violation {
 		switch e.Kind {
 		case StageStart:
 			want = lease.KindStage
-		case Apply, Reboot:
+		case Apply, Reboot, RollbackRun:
 			want = lease.KindReboot
 		case Unlocked:
 			want = "" // either slot
@@ -236,6 +258,8 @@ func checkGated(evs []Event) []Violation {
 			why = fmt.Sprintf("grant issued in boot %s/%d, node in boot %s/%d", g.BootID, g.SoftRebootCount, e.BootID, e.SoftRebootCount)
 		case want == lease.KindReboot && g.Phase != lease.PhaseReboot:
 			why = fmt.Sprintf("reboot grant in phase %q", g.Phase)
+		default:
+			why = purposeMismatch(e, g)
 		}
 		if why != "" {
 			evidence := []Event{e}
@@ -311,7 +335,7 @@ func checkOneRebootPerGrant(evs []Event) []Violation {
 		switch e.Kind {
 		case LeaseVersion:
 			// A new grant: the holder changed to a node, or the boot it was issued in changed.
-			id := fmt.Sprintf("%s/%s/%d/%s", e.Lease, e.BootID, e.SoftRebootCount, e.Image)
+			id := fmt.Sprintf("%s/%s/%d/%s/%v", e.Lease, e.BootID, e.SoftRebootCount, e.Image, e.Rollback)
 			if e.Slot == lease.KindReboot && e.Holder != "" && lastHolder[e.Lease] != e.Holder+id {
 				if grants[e.Holder] == nil {
 					grants[e.Holder] = map[string]bool{}

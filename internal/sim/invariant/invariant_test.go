@@ -1,6 +1,7 @@
 package invariant
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -357,5 +358,195 @@ func TestShortCutsAtARuneBoundary(t *testing.T) {
 		if got != tc.want || !utf8.ValidString(got) {
 			t.Errorf("short(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// rollbackRun is one node going from imgA to imgB (bad), imgB quarantined,
+// and the node rolled back to imgA under a rollback grant on the same slot.
+func rollbackRun() *log {
+	l := &log{}
+	grant(l, "p-stage-0", 1, "n1", lease.KindStage, imgB, boot1, "")
+	l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1})
+	l.add(Event{Kind: StageEnd, Node: "n1"})
+	grant(l, "p-stage-0", 2, "", lease.KindStage, "", "", "")
+	grant(l, "p-reboot-0", 3, "n1", lease.KindReboot, imgB, boot1, lease.PhaseDraining)
+	l.add(Event{Kind: Cordon, Node: "n1"})
+	grant(l, "p-reboot-0", 4, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+	l.add(Event{Kind: Apply, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 4})
+	l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 4})
+	l.add(Event{Kind: Boot, Node: "n1", BootID: boot2, Image: imgB})
+	l.add(Event{Kind: Quarantine, RV: 5, Image: imgB, Detail: "q.io/os:v2"})
+	rollbackGrant(l, 6, "n1", imgA, boot2, lease.PhaseDraining)
+	rollbackGrant(l, 7, "n1", imgA, boot2, lease.PhaseReboot)
+	l.add(Event{Kind: RollbackRun, Node: "n1", Image: imgA, BootID: boot2, GrantLease: "p-reboot-0", GrantRV: 7})
+	l.add(Event{Kind: Reboot, Node: "n1", Image: imgA, BootID: boot2, GrantLease: "p-reboot-0", GrantRV: 7, Rollback: true})
+	l.add(Event{Kind: Boot, Node: "n1", BootID: "boot-3", Image: imgA})
+	grant(l, "p-reboot-0", 8, "", lease.KindReboot, "", "", "")
+	l.add(Event{Kind: Uncordon, Node: "n1"})
+	return l
+}
+
+func rollbackGrant(l *log, rv int64, node, img, boot string, phase lease.Phase) {
+	l.add(Event{Kind: LeaseVersion, Lease: "p-reboot-0", RV: rv, Holder: node, Node: node, Slot: lease.KindReboot, Image: img, BootID: boot, Phase: phase, Rollback: true})
+}
+
+// finalRolledBack: the target was bad, so the node ends on the last good image.
+func finalRolledBack() Final {
+	return Final{Target: map[string]string{"p": imgA}, Halted: map[string]bool{},
+		Nodes: map[string]FinalNode{"n1": {Pool: "p", Booted: imgA, Phase: "Idle", Healthy: true}}}
+}
+
+func TestRollbackRunHasNoViolations(t *testing.T) {
+	if v := Check(rollbackRun().evs, pools, finalRolledBack()); len(v) != 0 {
+		t.Fatalf("violations on a clean rollback: %v", v)
+	}
+	// A node whose reboot into the target was under way (phase Reboot)
+	// when the target was quarantined finishes it: booting it is no
+	// violation. Nor, once spec.image names another image, is a grant for
+	// the same digest.
+	l := rollbackRun()
+	l.add(Event{Kind: LeaseVersion, Lease: "p-reboot-1", RV: 4, Holder: "n2", Node: "n2", Slot: lease.KindReboot, Image: imgB, BootID: boot1, Phase: lease.PhaseReboot})
+	l.add(Event{Kind: Cordon, Node: "n2"})
+	l.add(Event{Kind: Reboot, Node: "n2", Image: imgB, BootID: boot1, GrantLease: "p-reboot-1", GrantRV: 4})
+	l.add(Event{Kind: Boot, Node: "n2", BootID: boot2, Image: imgB})
+	l.add(Event{Kind: PoolImage, RV: 20, Detail: "q.io/os:v3"})
+	grant(l, "p-stage-0", 21, "n1", lease.KindStage, imgB, "boot-3", "")
+	pools2 := map[string]Pool{"p": {MaxUnavailable: 2, MaxStaging: 1, HaltAfter: 1}}
+	if v := Check(l.evs, pools2, finalRolledBack()); len(v) != 0 {
+		t.Fatalf("violations: %v", v)
+	}
+}
+
+// TestRollbackViolations shows each rollback and quarantine check failing
+// on a history that breaks it.
+func TestRollbackViolations(t *testing.T) {
+	// updateGranted: n1 holds an update grant for imgB in phase Reboot, cordoned.
+	updateGranted := func() *log {
+		l := &log{}
+		grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+		l.add(Event{Kind: Cordon, Node: "n1"})
+		return l
+	}
+	// rollbackGranted: n1 holds a rollback grant to imgA in phase Reboot, cordoned.
+	rollbackGranted := func() *log {
+		l := &log{}
+		rollbackGrant(l, 1, "n1", imgA, boot1, lease.PhaseReboot)
+		l.add(Event{Kind: Cordon, Node: "n1"})
+		return l
+	}
+	// quarantined: rollbackRun up to imgB's quarantine (pool version 5).
+	quarantined := func() *log {
+		l := rollbackRun()
+		l.evs = l.evs[:11]
+		if l.evs[10].Kind != Quarantine {
+			panic(fmt.Sprintf("rollbackRun changed: %v", l.evs[10]))
+		}
+		return l
+	}
+	cases := []struct {
+		name  string
+		build func() *log
+		want  string // invariant and a word of the message
+	}{
+		{"bootc rollback without a grant", func() *log {
+			l := &log{}
+			l.add(Event{Kind: RollbackRun, Node: "n1", Image: imgA, BootID: boot1})
+			return l
+		}, "I1 no grant named"},
+		{"bootc rollback under an update grant", func() *log {
+			l := updateGranted()
+			l.add(Event{Kind: RollbackRun, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, "I1 bootc rollback under an update grant"},
+		{"bootc rollback to another image than the grant's", func() *log {
+			l := rollbackGranted()
+			l.add(Event{Kind: RollbackRun, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, "I1 grant for image"},
+		{"bootc rollback while the rollback grant is draining", func() *log {
+			l := &log{}
+			rollbackGrant(l, 1, "n1", imgA, boot1, lease.PhaseDraining)
+			l.add(Event{Kind: RollbackRun, Node: "n1", Image: imgA, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, `I1 reboot grant in phase "Draining"`},
+		{"reboot into the rollback deployment under an update grant", func() *log {
+			l := updateGranted()
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1, Rollback: true})
+			return l
+		}, "I1 reboot into the rollback deployment under an update grant"},
+		{"update reboot under a rollback grant", func() *log {
+			l := rollbackGranted()
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgA, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, "I1 update reboot under a rollback grant"},
+		{"apply under a rollback grant", func() *log {
+			l := rollbackGranted()
+			l.add(Event{Kind: Apply, Node: "n1", Image: imgA, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, "I1 update applied under a rollback grant"},
+		{"rollback reboot under the grant of the boot before", func() *log {
+			l := rollbackRun()
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgA, BootID: "boot-3", GrantLease: "p-reboot-0", GrantRV: 7, Rollback: true})
+			return l
+		}, "I1 grant issued in boot boot-2/0, node in boot boot-3/0"},
+		{"one rollback grant spent on two reboots", func() *log {
+			l := rollbackRun()
+			l.evs = l.evs[:len(l.evs)-3] // before the new boot
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgA, BootID: boot2, GrantLease: "p-reboot-0", GrantRV: 7, Rollback: true})
+			return l
+		}, "I3 one grant spent on two reboots"},
+		{"rollback reboot of an uncordoned node", func() *log {
+			l := &log{}
+			rollbackGrant(l, 1, "n1", imgA, boot1, lease.PhaseReboot)
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgA, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1, Rollback: true})
+			return l
+		}, "I2 agent rebooted a node that was not cordoned"},
+		{"rollback reboot beyond maxUnavailable", func() *log {
+			l := rollbackGranted()
+			l.add(Event{Kind: Cordon, Node: "n2"})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgA, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1, Rollback: true})
+			return l
+		}, "I2 2 nodes of pool p cordoned"},
+		{"stage grant for the quarantined digest", func() *log {
+			l := quarantined()
+			grant(l, "p-stage-0", 6, "n2", lease.KindStage, imgB, boot1, "")
+			return l
+		}, "I6 stage grant for quarantined"},
+		{"reboot grant for the quarantined digest", func() *log {
+			l := quarantined()
+			grant(l, "p-reboot-1", 6, "n2", lease.KindReboot, imgB, boot1, lease.PhaseDraining)
+			return l
+		}, "I6 reboot grant for quarantined"},
+		{"draining grant for the quarantined digest advanced", func() *log {
+			l := rollbackRun()
+			l.evs = l.evs[:10]
+			grant(l, "p-reboot-1", 5, "n2", lease.KindReboot, imgB, boot1, lease.PhaseDraining)
+			l.add(Event{Kind: Quarantine, RV: 6, Image: imgB, Detail: "q.io/os:v2"})
+			grant(l, "p-reboot-1", 7, "n2", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+			return l
+		}, "I6 advanced to phase Reboot"},
+		{"a node boots the quarantined digest", func() *log {
+			l := quarantined()
+			l.add(Event{Kind: Boot, Node: "n2", BootID: boot2, Image: imgB})
+			return l
+		}, "I6 booted quarantined"},
+		{"a grant back to the same spec.image is still quarantined", func() *log {
+			l := quarantined()
+			l.add(Event{Kind: PoolImage, RV: 5, Detail: "q.io/os:v2"}) // the same image: no change
+			grant(l, "p-stage-0", 6, "n2", lease.KindStage, imgB, boot1, "")
+			return l
+		}, "I6 stage grant for quarantined"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Check(tc.build().evs, pools, finalRolledBack())
+			inv, word, _ := strings.Cut(tc.want, " ")
+			for _, v := range got {
+				if v.Invariant == inv && strings.Contains(v.String(), word) {
+					return
+				}
+			}
+			t.Fatalf("want %s, got %v", tc.want, got)
+		})
 	}
 }

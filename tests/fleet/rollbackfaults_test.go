@@ -1,0 +1,32 @@
+package fleet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
+)
+
+// TestRollbackInterrupted is scenario (d) of issue 27: a canary's rollback
+// interrupted by a coordinator restart at each point from its gate failure
+// to the release of its rollback grant, and by an agent crash between
+// `bootc rollback` and the reboot. Each interruption runs in a pool of its
+// own, all in one cluster (a restart meant for one pool hits every pool).
+// Replay one: go test ./tests/fleet -run 'TestRollbackInterrupted/agent' -v
+func TestRollbackInterrupted(t *testing.T) {
+	envtest.SkipIfUnavailable(t)
+	f := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel) // after the parallel subtests, not when this function returns
+	for i, fault := range RollbackFaults {
+		t.Run(string(fault), func(t *testing.T) {
+			t.Parallel()
+			r := InterruptedRollback(ctx, f, int64(i+1), fault)
+			if r.Failed() {
+				t.Fatal(r)
+			}
+			t.Logf("ok in %s, reboots %v; %v", r.Duration.Round(time.Millisecond), r.Reboots, r.Notes)
+		})
+	}
+}
