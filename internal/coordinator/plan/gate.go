@@ -279,11 +279,15 @@ func (p *planner) gatesFailing(slots []Slot) bool {
 // bootc lists the grant's image as its rollback deployment: the boot loader
 // chose the other deployment of the pair (boot counting fell back, or a
 // rollback ran). A node booted elsewhere for another reason is left to
-// rebootTimeout, as before.
+// rebootTimeout, as before. A status its agent reports as still settling
+// (StatusSettling: bootc's status early in a boot can still describe the
+// boot before, which after `bootc rollback` is exactly this picture) is no
+// verdict yet; the agent's settle deadline, or rebootTimeout, ends the wait.
 func backOnOther(n Node, st *fleetv1.BootcNodeStatus, g lease.Grant) bool {
 	return n.Ready && st != nil && st.Booted != nil && imageref.IsDigest(st.Booted.Digest) &&
 		st.Booted.Digest != g.Image.Digest && n.BootID != g.BootID &&
-		st.Rollback != nil && st.Rollback.Digest == g.Image.Digest
+		st.Rollback != nil && st.Rollback.Digest == g.Image.Digest &&
+		st.Reason != fleetv1.ReasonStatusSettling
 }
 
 // rolledBackByHost: an update grant's node came back on another image by
