@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 
@@ -136,7 +137,11 @@ func writeActs(w io.Writer, images map[string]string, st *story, evs []invariant
 	if q := st.quarantine; q != nil && canary == "" {
 		canary = q.Node
 	}
-	bad := checkBadImage(evs, st.badFrom, st.badTo, canary, images[tagBad], st.previous, names)
+	to := st.badTo
+	if to == 0 { // the act did not finish: up to now
+		to = math.MaxInt64
+	}
+	bad := checkBadImage(evs, st.badFrom, to, canary, images[tagBad], st.previous, names)
 	switch {
 	case st.firstDone == 0:
 		fmt.Fprintf(w, "  v1 -> %s: did NOT converge on %s\n", tagFirst, labelOf(images, st.target))
