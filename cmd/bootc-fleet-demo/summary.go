@@ -142,14 +142,12 @@ func writeActs(w io.Writer, images map[string]string, st *story, evs []invariant
 		to = math.MaxInt64
 	}
 	bad := checkBadImage(evs, st.badFrom, to, canary, images[tagBad], st.previous, names)
-	switch {
-	case st.firstDone == 0:
+	if st.firstDone == 0 {
 		fmt.Fprintf(w, "  v1 -> %s: did NOT converge on %s\n", tagFirst, labelOf(images, st.target))
 		return bad
-	default:
-		fmt.Fprintf(w, "  v1 -> %s: image changed to %s at %.1fs, mid-rollout; every node on %s at %.1fs\n",
-			tagFirst, tagChanged, st.changedAt.Seconds(), tagChanged, st.firstDone.Seconds())
 	}
+	fmt.Fprintf(w, "  v1 -> %s: image changed to %s at %.1fs, mid-rollout; every node on %s at %.1fs\n",
+		tagFirst, tagChanged, st.changedAt.Seconds(), tagChanged, st.firstDone.Seconds())
 	q := st.quarantine
 	switch {
 	case q == nil:
@@ -171,8 +169,12 @@ func writeActs(w io.Writer, images map[string]string, st *story, evs []invariant
 	return bad
 }
 
-// writeBadImageCheck writes the verdict of checkBadImage.
+// writeBadImageCheck writes the verdict of checkBadImage, once the bad
+// image's act began.
 func writeBadImageCheck(w io.Writer, images map[string]string, st *story, c badImageCheck) {
+	if st.badAt == 0 {
+		return
+	}
 	if len(c.problems) == 0 {
 		fmt.Fprintf(w, "  bad image: held (%s rebooted twice for %s under %d grants: into %s, back to %s; no other node rebooted or booted into %s)\n",
 			c.canary, tagBad, c.grants, labelOf(images, images[tagBad]), labelOf(images, st.previous), tagBad)
