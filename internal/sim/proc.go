@@ -20,7 +20,11 @@ package sim
 //   - Reboot: the fake logind's Reboot call, with the grant of the agent's
 //     last traced step "reboot"; a soft reboot is logind's
 //     RebootWithFlags(SD_LOGIND_SOFT_REBOOT), with the step "soft-reboot".
-//   - Boot: the harness plays the reboot, so it knows the new boot.
+//     Its image is what the machine boots next (the staged deployment, or
+//     the rollback deployment `bootc rollback` queued).
+//   - Boot: the harness plays the reboot, so it knows the new boot and the
+//     image booted; it also sets the node's fake systemd to what a boot of
+//     that image says (PushBad).
 //   - ContentBoot: the boot the last `bootc status` before the step's
 //     confirmation described. The test bootc logs when each status ran; the
 //     harness knows when each boot began and until when its status stayed

@@ -335,22 +335,20 @@ func (n *ProcNode) stagedImage() string {
 }
 
 // nextBootImage is the image a reboot now boots, as the machine knows it:
-// the staged deployment, or the rollback deployment `bootc rollback`
-// queued (it discards the staged one), else what is staged ("" when
-// nothing is).
+// the rollback deployment when `bootc rollback` queued it (which discards
+// any staged one), else the staged deployment ("" when none).
 func (n *ProcNode) nextBootImage() string {
 	m, err := n.Bootc.Machine()
 	if err != nil {
 		return ""
 	}
-	st := m.State()
-	if st.Staged == nil && st.RollbackQueued && st.Rollback != nil {
+	switch st := m.State(); {
+	case st.Staged == nil && st.RollbackQueued && st.Rollback != nil:
 		return st.Rollback.Image
+	case st.Staged != nil:
+		return st.Staged.Image
 	}
-	if st.Staged == nil {
-		return ""
-	}
-	return st.Staged.Image
+	return ""
 }
 
 // bootedImage is the image the machine runs ("" when unreadable).
