@@ -58,7 +58,7 @@ release: ## Build release VERSION=vX.Y.Z into bin/release/VERSION: binaries and 
 
 ##@ Demo
 .PHONY: demo
-demo: ## Roll v1 -> v2 -> v3 live over 8 nodes running the real agent, real coordinator, local API server; check I1-I5.
+demo: ## Roll v1 -> v2 -> v2.1, a bad v3 the canary catches and rolls back, then v4, live over 8 nodes running the real agent, real coordinator, local API server; check I1-I5.
 	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" $(GO) run ./cmd/bootc-fleet-demo $(DEMO_FLAGS)
 
 ##@ Check

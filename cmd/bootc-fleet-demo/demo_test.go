@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,10 @@ import (
 )
 
 // TestDemoRuns runs what `make demo` runs, smaller and without a terminal,
-// and checks that it converged and found the invariants held.
+// and checks that it converged on v2.1, caught the bad v3 on the canary,
+// rolled it back and quarantined v3 with no other node rebooted, converged
+// on v4, and found the invariants held: the bad image through the real
+// agent and coordinator binaries.
 func TestDemoRuns(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
 	if _, err := os.Stat(fakedbus.DaemonPath); err != nil && os.Getenv("BOOTC_FLEET_REQUIRE_DBUS") != "1" {
@@ -29,8 +33,10 @@ func TestDemoRuns(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("demo exited %d:\n%s", code, text)
 	}
-	for _, want := range []string{"converged: every node booted v3", "invariants I1-I5: held", "export KUBECONFIG=",
-		"why (kubectl bootc-fleet status demo):", "$ kubectl bootc-fleet status\nNAME "} {
+	for _, want := range []string{"converged: every node booted v2.1", "converged: every node booted v4", "invariants I1-I5: held",
+		"export KUBECONFIG=", "why (kubectl bootc-fleet status demo):", "$ kubectl bootc-fleet status\nNAME ",
+		"failed its health gate on v3 (HostUnitFailed", "the pool says Degraded=True, reason ImageFailedHealthCheck",
+		"$ kubectl bootc-fleet explain node-", "3 other nodes untouched (none rebooted", "bad image: held ("} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
@@ -48,6 +54,8 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		{"too few nodes", []string{"-nodes=1"}},
 		{"zero maxUnavailable", []string{"-max-unavailable=0"}},
 		{"stray argument", []string{"extra"}},
+		{"health timeout under the schema's 30s", []string{"-health-timeout=10s"}},
+		{"negative soak", []string{"-canary-soak=-1s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +98,48 @@ func TestSummarizeCountsGrantsAndConcurrency(t *testing.T) {
 	}
 	if s.maxCordoned != 2 || s.maxStaging != 2 {
 		t.Errorf("max cordoned %d, max staging %d; want 2 and 2", s.maxCordoned, s.maxStaging)
+	}
+}
+
+func TestCheckBadImageWantsTwoRebootsOfTheCanaryAlone(t *testing.T) {
+	const bad, prev = "r/os@sha256:bad", "r/os@sha256:prev"
+	lv := func(rv int64, holder, image, boot string) invariant.Event {
+		return invariant.Event{Kind: invariant.LeaseVersion, Lease: "p-reboot-0", RV: rv, Slot: lease.KindReboot, Holder: holder, Image: image, BootID: boot}
+	}
+	reboot := func(node, image string, rv int64) invariant.Event {
+		return invariant.Event{Kind: invariant.Reboot, Node: node, Image: image, GrantLease: "p-reboot-0", GrantRV: rv}
+	}
+	boot := func(node, image string) invariant.Event {
+		return invariant.Event{Kind: invariant.Boot, Node: node, Image: image}
+	}
+	good := []invariant.Event{
+		lv(10, "a", bad, "b1"), reboot("a", bad, 10), boot("a", bad),
+		{Kind: invariant.StageStart, Node: "b", Image: bad},
+		lv(11, "a", prev, "b2"), reboot("a", prev, 11), boot("a", prev),
+	}
+	tests := []struct {
+		name     string
+		evs      []invariant.Event
+		problems int
+	}{
+		{"update, then rollback, under two grants", good, 0},
+		{"a rollback under the update's grant", append(good[:5:5], reboot("a", prev, 10), boot("a", prev)), 1},
+		{"no rollback", good[:4], 1},
+		{"another node rebooted into it", append(append([]invariant.Event(nil), good...), lv(12, "b", bad, "b3"), reboot("b", bad, 12), boot("b", bad)), 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := range tt.evs {
+				tt.evs[i].Seq = int64(i + 1)
+			}
+			c := checkBadImage(tt.evs, 0, int64(len(tt.evs)), "a", bad, prev, []string{"a", "b", "c"})
+			if len(c.problems) != tt.problems {
+				t.Errorf("problems %q, want %d", c.problems, tt.problems)
+			}
+			if tt.problems == 0 && (c.grants != 2 || !slices.Equal(c.untouched, []string{"b", "c"}) || !slices.Equal(c.staged, []string{"b"})) {
+				t.Errorf("grants %d, untouched %v, staged %v", c.grants, c.untouched, c.staged)
+			}
+		})
 	}
 }
 

@@ -2,8 +2,10 @@
 // local control plane (kube-apiserver + etcd), the real
 // bootc-fleet-coordinator and simulated nodes each running the real
 // bootc-fleet-agent binary, rolls an image out across them, changes the
-// image mid-rollout, and shows the rollout live. At the end it checks the
-// invariants I1-I5 of docs/design.md over everything that happened.
+// image mid-rollout, then publishes a bad image the canary catches and is
+// rolled back from, then a good one, and shows it all live (story.go). At
+// the end it checks the invariants I1-I5 of docs/design.md over everything
+// that happened, and what the bad image was allowed to do.
 package main
 
 import (
@@ -48,6 +50,8 @@ type config struct {
 	maxUnavailable int
 	maxStaging     int
 	timeout        time.Duration
+	healthTimeout  time.Duration
+	soak           time.Duration
 	dir            string
 	plain          bool
 	hold           bool
@@ -64,7 +68,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.nodes, "nodes", 8, "simulated nodes, each running the real agent binary")
 	fs.IntVar(&c.maxUnavailable, "max-unavailable", 2, "the pool's rollout.maxUnavailable")
 	fs.IntVar(&c.maxStaging, "max-staging", 3, "the pool's rollout.maxStaging")
-	fs.DurationVar(&c.timeout, "timeout", 3*time.Minute, "fail when the rollout has not converged this long after the pool was created")
+	fs.DurationVar(&c.timeout, "timeout", 3*time.Minute, "fail when an act (the first rollout, the bad image, the good image) is not done this long after it began")
+	fs.DurationVar(&c.healthTimeout, "health-timeout", 30*time.Second, "the pool's health.timeout: how long the canary on the bad image fails its host check before it is rolled back (30s to 24h)")
+	fs.DurationVar(&c.soak, "canary-soak", 3*time.Second, "the pool's rollout.canary.soak")
 	fs.StringVar(&c.dir, "dir", filepath.Join(controlplane.RepoRoot(), "bin", "demo"), "where the kubeconfig, binaries, node state and logs go")
 	fs.BoolVar(&c.plain, "plain", false, "print periodic snapshots instead of redrawing a table (default when stdout is not a terminal)")
 	fs.BoolVar(&c.hold, "hold", false, "after the summary, keep the cluster running until Ctrl-C (for kubectl)")
@@ -83,6 +89,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.maxUnavailable < 1 || c.maxStaging < 1 {
 		return c, errors.New("-max-unavailable and -max-staging must be at least 1")
+	}
+	if c.healthTimeout < 30*time.Second || c.healthTimeout > 24*time.Hour {
+		return c, fmt.Errorf("-health-timeout %s: want 30s to 24h, as the pool's schema takes", c.healthTimeout)
+	}
+	if c.soak < 0 || c.soak > 168*time.Hour {
+		return c, fmt.Errorf("-canary-soak %s: want 0s to 168h, as the pool's schema takes", c.soak)
 	}
 	return c, nil
 }
@@ -172,7 +184,7 @@ func (d *demo) run(ctx context.Context) int {
 	d.step("starting %d nodes (agent process, private dbus-daemon with fake logind, notify socket, test bootc each) and the coordinator process", cfg.nodes)
 	f, err := sim.StartProcFleet(ctx, sim.ProcOptions{
 		Env: env, Bin: bins, Dir: runDir, Nodes: cfg.nodes, Pool: "demo",
-		BootTime: cfg.bootTime, StaleAfterReboot: cfg.stale, StageTime: cfg.stageTime,
+		BootTime: cfg.bootTime, StaleAfterReboot: cfg.stale, StageTime: cfg.stageTime, Mutate: d.poolGate,
 	})
 	if err != nil {
 		d.scr.logf("%v", err)
@@ -220,73 +232,28 @@ func writeAdminKubeconfig(env *controlplane.Env, dir string) (string, error) {
 	return dst, nil
 }
 
-// rollout creates the pool on v2, switches it to v3 once about half the
-// nodes run v2, waits for convergence, checks the invariants and prints
-// the summary.
+// rollout plays the three acts (story.go), then checks the invariants
+// and prints the summary.
 func (d *demo) rollout(ctx context.Context, f *sim.ProcFleet) int {
-	cfg := d.cfg
-	v2, err := f.Push("v2")
+	st := &story{}
+	var err error
+	for _, act := range []func(context.Context, *sim.ProcFleet, *story) error{d.actRollout, d.actBadImage, d.actGoodImage} {
+		if err = act(ctx, f, st); err != nil {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		return exitInterrupted
+	}
 	if err != nil {
-		d.scr.logf("%v", err)
-		return exitFailed
+		d.step("%v", err)
 	}
-	d.step("pushed %s and %s to the in-process registry %s", f.TagRef("v1"), f.TagRef("v2"), f.Registry)
-	d.step("creating BootcNodePool %q: image %s, maxUnavailable %d, maxStaging %d", f.Pool, f.TagRef("v2"), cfg.maxUnavailable, cfg.maxStaging)
-	if err := f.CreatePool(ctx, "v2", cfg.maxUnavailable, cfg.maxStaging); err != nil {
-		d.scr.logf("creating the pool: %v", err)
-		return exitFailed
-	}
-	created := time.Now()
-	var (
-		target    = v2
-		changedAt time.Duration
-		doneAt    time.Duration
-		converged bool
-		lastPlain time.Time
-		shownMid  bool
-	)
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for !converged {
-		select {
-		case <-ctx.Done():
-			d.scr.clearTable()
-			return exitInterrupted
-		case <-tick.C:
-		}
-		snap := collect(ctx, f, d.start)
-		d.show(snap, &lastPlain)
-		if !shownMid {
-			shownMid = d.showMidRollout(ctx, f, snap)
-		}
-		if changedAt == 0 && snap.poolTarget == v2 && int(snap.pool.Updated)*2 >= cfg.nodes {
-			v3, err := d.changeImage(ctx, f, snap)
-			if err != nil {
-				d.scr.logf("%v", err)
-				return exitFailed
-			}
-			target, changedAt = v3, time.Since(d.start)
-		}
-		if changedAt > 0 {
-			converged, _ = f.Converged(ctx, target)
-		}
-		if !converged && time.Since(created) > cfg.timeout {
-			_, pending := f.Converged(ctx, target)
-			d.scr.snapshot(render(collect(ctx, f, d.start)))
-			d.step("not converged within %s: %s", cfg.timeout, pending)
-			d.summary(ctx, f, target, changedAt, 0)
-			return exitFailed
-		}
-	}
-	doneAt = time.Since(d.start)
-	d.scr.snapshot(render(collect(ctx, f, d.start)))
-	d.step("converged: every node booted %s, Ready, uncordoned, every slot free", labelOf(f.Images(), target))
-	ok := d.summary(ctx, f, target, changedAt, doneAt)
-	if cfg.hold && ctx.Err() == nil {
+	ok := d.summary(ctx, f, st)
+	if d.cfg.hold && ctx.Err() == nil {
 		d.scr.logf("holding the cluster for kubectl; Ctrl-C to stop")
 		<-ctx.Done()
 	}
-	if !ok {
+	if !ok || err != nil {
 		return exitFailed
 	}
 	return exitOK
@@ -316,38 +283,22 @@ func (d *demo) showMidRollout(ctx context.Context, f *sim.ProcFleet, s snap) boo
 	return true
 }
 
-// changeImage pushes v3 and points the pool at it, mid-rollout.
-func (d *demo) changeImage(ctx context.Context, f *sim.ProcFleet, s snap) (string, error) {
-	v3, err := f.Push("v3")
-	if err != nil {
-		return "", err
-	}
-	d.step("%d/%d nodes run v2: pushed %s and changed the pool image to it, mid-rollout", s.pool.Updated, d.cfg.nodes, f.TagRef("v3"))
-	if err := f.SetPoolImage(ctx, "v3"); err != nil {
-		return "", fmt.Errorf("changing the pool image: %w", err)
-	}
-	return v3, nil
-}
-
-// summary checks the invariants and prints what happened; it reports
-// whether they held.
-func (d *demo) summary(ctx context.Context, f *sim.ProcFleet, target string, changedAt, doneAt time.Duration) bool {
-	violations := f.Check(ctx, target)
+// summary checks the invariants and what the bad image did, and prints
+// what happened; it reports whether every check held and every act finished.
+func (d *demo) summary(ctx context.Context, f *sim.ProcFleet, st *story) bool {
+	violations := f.Check(ctx, st.target)
 	invErr := f.CheckInvocations()
-	s := summarize(f.Log.Events())
+	evs := f.Log.Events()
+	s := summarize(evs)
+	images := f.Images()
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nSummary\n")
-	if doneAt > 0 {
-		fmt.Fprintf(&b, "  rollout: v1 -> v2, image changed to v3 at %.1fs, converged on %s at %.1fs\n",
-			changedAt.Seconds(), labelOf(f.Images(), target), doneAt.Seconds())
-	} else {
-		fmt.Fprintf(&b, "  rollout: did NOT converge on %s\n", labelOf(f.Images(), target))
-	}
+	bad := writeActs(&b, images, st, evs, f.Nodes)
 	fmt.Fprintf(&b, "  %-10s %8s %14s %13s  %s\n", "NODE", "REBOOTS", "REBOOT GRANTS", "STAGE GRANTS", "BOOTED")
-	final := f.Final(ctx, target)
+	final := f.Final(ctx, st.target)
 	for _, n := range f.Nodes {
 		fmt.Fprintf(&b, "  %-10s %8d %14d %13d  %s\n", n.Name, s.reboots[n.Name], s.rebootGrants[n.Name], s.stageGrants[n.Name],
-			labelOf(f.Images(), final.Nodes[n.Name].Booted))
+			labelOf(images, final.Nodes[n.Name].Booted))
 	}
 	fmt.Fprintf(&b, "  grants issued: %d stage, %d reboot\n", s.totalStage, s.totalReboot)
 	fmt.Fprintf(&b, "  max concurrent disruption: %d nodes cordoned at once (maxUnavailable %d); max staging at once: %d (maxStaging %d)\n",
@@ -357,7 +308,7 @@ func (d *demo) summary(ctx context.Context, f *sim.ProcFleet, target string, cha
 	}
 	held := len(violations) == 0 && invErr == nil
 	if held {
-		fmt.Fprintf(&b, "  invariants I1-I5: held (%d events checked)\n", len(f.Log.Events()))
+		fmt.Fprintf(&b, "  invariants I1-I5: held (%d events checked)\n", len(evs))
 	} else {
 		fmt.Fprintf(&b, "  invariants I1-I5: %d VIOLATED\n", len(violations))
 		for _, v := range violations {
@@ -367,10 +318,11 @@ func (d *demo) summary(ctx context.Context, f *sim.ProcFleet, target string, cha
 			fmt.Fprintf(&b, "  event log disagrees with the test bootc: %v\n", invErr)
 		}
 	}
+	writeBadImageCheck(&b, images, st, bad)
 	fmt.Fprintf(&b, "  wall time: %s", time.Since(d.start).Round(100*time.Millisecond))
 	d.scr.logf("%s", b.String())
 	d.plugin(ctx, f, "status")
-	return held && doneAt > 0
+	return held && st.doneAt > 0 && len(bad.problems) == 0
 }
 
 // plugin runs `kubectl bootc-fleet ARGS` in-process against the demo's API

@@ -220,6 +220,9 @@ func render(s snap) []string {
 	p := s.pool
 	out = append(out, fmt.Sprintf("pool  nodes %d  updated %d  staging %d  staged %d  rebooting %d  waiting %d  degraded %d   %s",
 		p.Nodes, p.Updated, p.Staging, p.Staged, p.Rebooting, p.Waiting, p.Degraded, conditions(p.Conditions)))
+	if g := gateLine(s); g != "" {
+		out = append(out, g)
+	}
 	// Most wanted columns first: a narrow terminal cuts the line's end.
 	row := "%-7s %-10s %-12s %-20s %-16s %-9s %-6s %-7s %s"
 	out = append(out, fmt.Sprintf(row, "NODE", "PHASE", "BOOTED", "STAGED", "SLOT", "CORDON", "READY", "REBOOTS", "REASON"))
@@ -258,6 +261,26 @@ func render(s snap) []string {
 		}
 	}
 	return out
+}
+
+// gateLine says who the canaries of the target are and how far, and what
+// is quarantined ("" when neither).
+func gateLine(s snap) string {
+	var parts []string
+	if c := s.pool.Canary; c != nil && c.Target == s.poolTarget && len(c.Nodes) > 0 {
+		how := "going first"
+		if c.PassedTime != nil {
+			how = "passed " + c.PassedTime.Format("15:04:05")
+		}
+		parts = append(parts, fmt.Sprintf("canary %s (%s)", strings.Join(c.Nodes, ","), how))
+	}
+	if q := s.pool.Quarantine; q != nil {
+		parts = append(parts, fmt.Sprintf("QUARANTINED %s: %s failed its gate (%s)", labelOf(s.images, q.Digest), q.Node, q.Reason))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "gate  " + strings.Join(parts, "   ")
 }
 
 func conditions(cs []metav1.Condition) string {

@@ -20,7 +20,11 @@ package sim
 //   - Reboot: the fake logind's Reboot call, with the grant of the agent's
 //     last traced step "reboot"; a soft reboot is logind's
 //     RebootWithFlags(SD_LOGIND_SOFT_REBOOT), with the step "soft-reboot".
-//   - Boot: the harness plays the reboot, so it knows the new boot.
+//     Its image is what the machine boots next (the staged deployment, or
+//     the rollback deployment `bootc rollback` queued).
+//   - Boot: the harness plays the reboot, so it knows the new boot and the
+//     image booted; it also sets the node's fake systemd to what a boot of
+//     that image says (PushBad).
 //   - ContentBoot: the boot the last `bootc status` before the step's
 //     confirmation described. The test bootc logs when each status ran; the
 //     harness knows when each boot began and until when its status stayed
@@ -109,6 +113,9 @@ type ProcOptions struct {
 	InitialTag string
 	// RebootPolicy of the pool CreatePool creates (default Reboot).
 	RebootPolicy fleetv1.RebootPolicy
+	// Mutate, when set, adjusts the pool CreatePool creates (health gate,
+	// canaries, ...) before it is written.
+	Mutate func(*fleetv1.BootcNodePool)
 	// SoftRebootCapable: what the nodes stage is soft-reboot capable.
 	SoftRebootCapable bool
 	// Replicas, when 2 or more, runs that many coordinator processes with
@@ -161,6 +168,7 @@ type ProcFleet struct {
 	mu      sync.Mutex
 	closing bool
 	images  map[string]string // tag -> repo@sha256
+	bad     map[string]bool   // digests pushed with PushBad
 	pool    invariant.Pool
 }
 
@@ -362,6 +370,9 @@ func (f *ProcFleet) CreatePool(ctx context.Context, tag string, maxUnavailable, 
 	if pr := f.opts.Private; pr != nil {
 		p.Spec.ImagePullSecret, p.Spec.RequireSignedImages = pr.PullSecret, pr.RequireSignedImages
 	}
+	if f.opts.Mutate != nil {
+		f.opts.Mutate(p)
+	}
 	f.mu.Lock()
 	f.pool = invariant.Pool{MaxUnavailable: max(maxUnavailable, 1), MaxStaging: max(maxStaging, 1), HaltAfter: 1}
 	f.mu.Unlock()
@@ -488,8 +499,9 @@ func (f *ProcFleet) CheckInvocations() error {
 		}
 		// A stage is one switch (then, on bootc 1.16, an upgrade
 		// --download-only that locks it); an apply is upgrade
-		// --from-downloaded; --help is the agent's probe.
-		switches, upgrades := 0, 0
+		// --from-downloaded; a rollback is rollback; --help is the
+		// agent's probe.
+		switches, upgrades, rollbacks := 0, 0, 0
 		for _, i := range inv {
 			switch {
 			case len(i.Args) == 0 || slices.Contains(i.Args, "--help"):
@@ -497,11 +509,16 @@ func (f *ProcFleet) CheckInvocations() error {
 				switches++
 			case i.Args[0] == "upgrade" && slices.Contains(i.Args, "--from-downloaded"):
 				upgrades++
+			case i.Args[0] == "rollback":
+				rollbacks++
 			}
 		}
 		if s, a := f.Log.Count(invariant.StageStart, n.Name), f.Log.Count(invariant.Apply, n.Name); s != switches || a != upgrades {
 			errs = append(errs, fmt.Errorf("%s: logged %d stage starts and %d applies, test bootc ran %d switches and %d upgrades",
 				n.Name, s, a, switches, upgrades))
+		}
+		if r := n.Rollbacks(); r != rollbacks {
+			errs = append(errs, fmt.Errorf("%s: traced %d confirmed rollbacks, test bootc ran %d", n.Name, r, rollbacks))
 		}
 	}
 	return errors.Join(errs...)

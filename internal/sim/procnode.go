@@ -65,7 +65,8 @@ type ProcNode struct {
 	timings   []RebootTiming
 	status    string // last STATUS= line
 	agentRuns int
-	traceErrs []error // lines of AgentTrace that did not decode
+	rollbacks int     // confirmed `bootc rollback` steps, over every agent run
+	traceErrs []error // lines of AgentTrace that did not decode, host states not played
 }
 
 // procBoot is one boot of a node and its stale-status window.
@@ -131,6 +132,10 @@ func (f *ProcFleet) addNode(ctx context.Context, nodeName, image string) (*ProcN
 		n.close()
 		return nil, err
 	}
+	if err := n.playHostHealth(); err != nil {
+		n.close()
+		return nil, err
+	}
 	if n.notify, err = notifysock.Open(); err != nil {
 		n.close()
 		return nil, err
@@ -171,6 +176,14 @@ func (n *ProcNode) RebootTimings() []RebootTiming {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]RebootTiming(nil), n.timings...)
+}
+
+// Rollbacks is how many `bootc rollback` steps the agent confirmed and
+// traced, over all its runs.
+func (n *ProcNode) Rollbacks() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rollbacks
 }
 
 // AgentRuns is how many times the agent process was started.
@@ -306,6 +319,10 @@ func (n *ProcNode) onTrace(line []byte) {
 		n.f.Log.Add(e)
 	case decide.StepApply:
 		n.f.Log.Add(n.action(invariant.Apply, n.stagedImage(), c))
+	case decide.StepRollback:
+		n.mu.Lock()
+		n.rollbacks++
+		n.mu.Unlock()
 	}
 }
 
@@ -315,6 +332,15 @@ func (n *ProcNode) stagedImage() string {
 		return ""
 	}
 	return m.State().Staged.Image
+}
+
+// bootedImage is the image the machine runs ("" when unreadable).
+func (n *ProcNode) bootedImage() string {
+	m, err := n.Bootc.Machine()
+	if err != nil || m.State().Booted == nil {
+		return ""
+	}
+	return m.State().Booted.Image
 }
 
 // action fills an action event: the node's boot now, the boot the last
@@ -461,7 +487,9 @@ func (n *ProcNode) playSoftReboot() {
 		return
 	case <-time.After(down):
 	}
-	n.f.Log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: bootID, SoftRebootCount: count, Soft: true})
+	n.hostPlayed(n.playHostHealth())
+	n.f.Log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: bootID, SoftRebootCount: count, Soft: true,
+		Image: n.bootedImage()})
 	n.mu.Lock()
 	n.down = false
 	n.timings[k].Booted = time.Now()
@@ -524,7 +552,8 @@ func (n *ProcNode) playReboot() {
 		return
 	case <-time.After(n.f.opts.BootTime):
 	}
-	n.f.Log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: newID})
+	n.hostPlayed(n.playHostHealth())
+	n.f.Log.Add(invariant.Event{Kind: invariant.Boot, Node: n.Name, Pool: n.Pool, BootID: newID, Image: n.bootedImage()})
 	n.mu.Lock()
 	n.down = false
 	n.timings[k].Booted = time.Now()

@@ -413,3 +413,53 @@ func TestHealthWithoutChecksGatesNothing(t *testing.T) {
 		t.Fatalf("not released: %+v", out.Changes)
 	}
 }
+
+// A node back from its rollback reboot whose agent still waits for bootc's
+// status to show the new boot (early-boot status lags: it still shows the
+// failed image booted and the rollback image as the rollback deployment,
+// as before the reboot) has given no verdict: the rollback grant is not
+// failed on it. Once the status settles on the rollback image the slot is
+// released; an agent that settled on the failed image fails it.
+func TestSettlingStatusAfterARollbackRebootIsNoVerdict(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		settled imageref.Pinned
+		want    string
+	}{
+		{"settles on the rollback image", imgV0, WhyRolledBack},
+		{"settles on the failed image", imgV1, WhyRollbackFailed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := gateWorld(t, 2, fleetv1.OnFailureRollback)
+			failGate(t, w)
+			w.step() // the rollback grant
+			s, _ := w.grantOf("node-00", lease.KindReboot)
+			w.drains["node-00"] = Drain{Grant: s.Grant.ID, State: DrainDone}
+			w.step() // advanced
+			w.boots["node-00"]++
+			w.nodes["node-00"].BootID = bootID("node-00", w.boots["node-00"])
+			w.now = w.now.Add(5 * time.Second)
+			w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseRebooting)
+			w.bns["node-00"].Status.Reason = fleetv1.ReasonStatusSettling
+			for i := 0; i < 3; i++ {
+				w.now = w.now.Add(2 * time.Second)
+				if out := w.step(); len(out.Changes) != 0 {
+					t.Fatalf("pass %d, status still settling: %+v", i, out.Changes)
+				}
+			}
+			if tt.settled == imgV0 {
+				w.rollbacks["node-00"] = imgV1
+			}
+			w.agentReports("node-00", tt.settled, imageref.Pinned{}, fleetv1.PhaseIdle)
+			var got []SlotChange
+			for i := 0; i < 3 && len(got) == 0; i++ {
+				w.now = w.now.Add(2 * time.Second)
+				out := w.step()
+				got = append(changes(out, OpRelease, lease.KindReboot), changes(out, OpMarkFailed, lease.KindReboot)...)
+			}
+			if len(got) != 1 || got[0].Why != tt.want {
+				t.Fatalf("settled on %s: %+v, want %s", tt.settled, got, tt.want)
+			}
+		})
+	}
+}

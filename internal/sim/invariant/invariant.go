@@ -82,7 +82,7 @@ type Event struct {
 	// fleet.bootc.dev/released-at): on the coordinator's clock.
 	Acquired, ReleasedAt time.Time
 
-	// Actions and grants
+	// Actions and grants; Boot: the image booted, when the harness knows it
 	Image  string // repo@sha256
 	BootID string // grant: the grant's boot; action: the node's current boot; Boot: the new boot
 	// SoftRebootCount completes BootID as a boot identity: a grant's
