@@ -131,7 +131,12 @@ func (p *planner) gateFailed(h heldSlot) {
 	s, n, g := h.Slot, h.n, h.Grant
 	r := p.gateFailure(n.Name)
 	p.change(s, SlotChange{Op: OpMarkFailed, Failure: r.Reason, Why: WhyHealthCheckFailed})
-	p.failedSlot[g.Holder] = r.Reason
+	// A node the next pass rolls back is no failure that halts the pool:
+	// counting it in this pass would say Halted, "not rolled back", for
+	// the one pass before its rollback grant.
+	if _, ok := p.rollbackFor(h); !ok {
+		p.failedSlot[g.Holder] = r.Reason
+	}
 	next := "onFailure is Halt: the slot stays held and the node as it is"
 	if p.onFailure() == fleetv1.OnFailureRollback {
 		if _, ok := p.rollbackImage(h); ok {
@@ -216,16 +221,23 @@ func (p *planner) rollbackImage(h heldSlot) (imageref.Pinned, bool) {
 	return pin, err == nil
 }
 
+// rollbackFor is the image a failed grant's node is rolled back to, when
+// it is: onFailure is Rollback, and the node is Ready and reports a
+// rollback deployment in its current boot.
+func (p *planner) rollbackFor(h heldSlot) (imageref.Pinned, bool) {
+	if p.onFailure() != fleetv1.OnFailureRollback || !h.n.Ready || h.st == nil {
+		return imageref.Pinned{}, false
+	}
+	return p.rollbackImage(h)
+}
+
 // afterGateFailure: an update grant marked failed by its gate. With
 // onFailure Rollback, its slot is re-issued to the node as a rollback grant
 // (Failed -> Draining, Rollback); otherwise it stays held.
 func (p *planner) afterGateFailure(h heldSlot) {
 	s, n, g := h.Slot, h.n, h.Grant
 	p.quarantineFor(n.Name, g.Image, g.Failure, "check failed: "+g.Failure)
-	if p.onFailure() != fleetv1.OnFailureRollback || !n.Ready || h.st == nil {
-		return
-	}
-	img, ok := p.rollbackImage(h)
+	img, ok := p.rollbackFor(h)
 	if !ok {
 		return
 	}

@@ -180,6 +180,27 @@ func TestRollbackGrantTermsAndRelease(t *testing.T) {
 	t.Fatalf("rollback grant never released: %+v", w.leases)
 }
 
+// A failed gate that the next pass rolls back does not halt the pool in
+// the pass it fails: no Halted condition or Event saying the node was not
+// rolled back, no failure counted, while the rollback is on its way.
+func TestAGateFailureToBeRolledBackDoesNotHalt(t *testing.T) {
+	w := gateWorld(t, 3, fleetv1.OnFailureRollback)
+	w.health["node-00"] = hostFailed
+	w.now = w.now.Add(2 * time.Minute)
+	for i, what := range []string{"the pass the gate fails", "the pass of the rollback grant"} {
+		out := w.step()
+		if want := []int{1, 0}[i]; len(changes(out, OpMarkFailed, lease.KindReboot)) != want {
+			t.Fatalf("%s: %+v", what, out.Changes)
+		}
+		if h := cond(out, fleetv1.PoolHalted); h.Status == metav1.ConditionTrue || hasEvent(out, fleetv1.EventHalted, "") || out.Status.Failures != 0 {
+			t.Fatalf("%s: Halted %+v, failures %d, events %+v", what, h, out.Status.Failures, out.Events)
+		}
+	}
+	if s, _ := w.grantOf("node-00", lease.KindReboot); !s.Grant.Rollback {
+		t.Fatalf("no rollback grant: %+v", s)
+	}
+}
+
 // A node that reports no rollback deployment is not rolled back: its
 // grant stays failed, held, and the pool halts, whatever haltAfterFailures
 // says.
