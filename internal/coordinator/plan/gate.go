@@ -137,7 +137,7 @@ func (p *planner) gateFailed(h heldSlot) {
 	if _, ok := p.rollbackFor(h); !ok {
 		p.failedSlot[g.Holder] = r.Reason
 	}
-	next := "onFailure is Halt: the slot stays held and the node as it is"
+	next := haltedGateFailure(s.Name)
 	if p.onFailure() == fleetv1.OnFailureRollback {
 		if _, ok := p.rollbackImage(h); ok {
 			next = "it is rolled back to its previous image under a rollback grant"
@@ -265,6 +265,21 @@ func (p *planner) unrolledBack() []string {
 		switch f := p.failedSlot[name]; {
 		case f == fleetv1.ReasonRollbackFailed, healthFailure(f) && p.onFailure() == fleetv1.OnFailureRollback:
 			out = append(out, fmt.Sprintf("%s (%s)", name, f))
+		}
+	}
+	return out
+}
+
+// haltedGates names the pool's nodes that failed their health gate under
+// onFailure Halt: held until an operator repairs them.
+func (p *planner) haltedGates() []string {
+	if p.onFailure() != fleetv1.OnFailureHalt {
+		return nil
+	}
+	var out []string
+	for _, name := range p.members {
+		if healthFailure(p.failedSlot[name]) {
+			out = append(out, name)
 		}
 	}
 	return out

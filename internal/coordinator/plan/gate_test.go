@@ -201,6 +201,27 @@ func TestAGateFailureToBeRolledBackDoesNotHalt(t *testing.T) {
 	}
 }
 
+// With onFailure Halt, the failed node stays held, and the pool's Halted
+// condition and the node's explanation say what the operator does: the
+// node is not released by coming back, it is on the image already.
+func TestAGateFailureUnderHaltSaysWhatToDo(t *testing.T) {
+	w := gateWorld(t, 3, fleetv1.OnFailureHalt)
+	failGate(t, w)
+	out := w.step()
+	h := cond(out, fleetv1.PoolHalted)
+	if h.Status != metav1.ConditionTrue || !strings.Contains(h.Message, "node-00 failed the health gate with onFailure Halt") ||
+		!strings.Contains(h.Message, "uncordon it and delete its slot Lease in "+lease.Namespace) {
+		t.Fatalf("Halted %+v", h)
+	}
+	a := w.bns["node-00"].Annotations
+	if a[fleetv1.AnnotationRolloutState] != string(PhaseFailed) || !strings.Contains(a[fleetv1.AnnotationRolloutReason], "bootc rollback") {
+		t.Fatalf("node-00 rollout %q: %q", a[fleetv1.AnnotationRolloutState], a[fleetv1.AnnotationRolloutReason])
+	}
+	if r := w.bns["node-01"].Annotations[fleetv1.AnnotationRolloutReason]; !strings.Contains(r, "(HostUnitFailed); nothing is staged") || !strings.Contains(r, "bad.service") {
+		t.Fatalf("node-01 rollout reason %q does not name the failed unit", r)
+	}
+}
+
 // A node that reports no rollback deployment is not rolled back: its
 // grant stays failed, held, and the pool halts, whatever haltAfterFailures
 // says.
