@@ -139,6 +139,9 @@ func runGateScenario(t *testing.T, sc gateScenario) {
 	f.createPool(func(p *fleetv1.BootcNodePool) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(1))
+		// One stage slot: POOL-n00 (first by name) is staged first, so it
+		// is the first node granted a reboot, the one that fails.
+		p.Spec.Rollout.MaxStaging = ptr.To(intstr.FromInt32(1))
 		p.Spec.Rollout.OnFailure = sc.onFailure
 		p.Spec.Rollout.MinReadySeconds = sc.minReadySeconds
 		p.Spec.Health = health
