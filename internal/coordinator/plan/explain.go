@@ -108,7 +108,7 @@ func (p *planner) explainRollback(s *Slot) (state, reason string) {
 	case PhaseVerifying:
 		return string(PhaseVerifying), fmt.Sprintf("rolled back to %s; rollback grant %s is released once it has stayed Ready for %s (minReadySeconds)", img, s.Name, p.minReady())
 	case PhaseFailed:
-		return string(PhaseFailed), fmt.Sprintf("%s: did not come back on %s after its rollback; reboot slot %s stays held and the pool halts: repair the node by hand", orUnknown(s.Grant.Failure), img, s.Name)
+		return string(PhaseFailed), fmt.Sprintf("%s: did not come back on %s after its rollback; reboot slot %s stays held and the pool halts: repair the node by hand (boot it into a working image), then uncordon it and delete Lease %s/%s", orUnknown(s.Grant.Failure), img, s.Name, lease.Namespace, s.Name)
 	default:
 		return string(PhaseRebooting), fmt.Sprintf("failed its health gate; rolling back to %s under rollback grant %s", img, s.Name)
 	}
