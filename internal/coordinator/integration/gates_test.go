@@ -51,8 +51,10 @@ type gateScenario struct {
 	// health and onFailure are what the user writes.
 	health    func(t *testing.T, ctx context.Context, f *fleet) *fleetv1.HealthSpec
 	onFailure fleetv1.FailurePolicy
-	// host plays the agent's host report (nil: healthy on every image).
-	host func(fn *fakeNode) *fleetv1.HostHealth
+	// host plays the agent's host report (nil: healthy on every image);
+	// noHostReport: the agent reports none on the bad image.
+	host         func(fn *fakeNode) *fleetv1.HostHealth
+	noHostReport bool
 	// minReadySeconds is the pool's spec.rollout.minReadySeconds.
 	minReadySeconds int32
 	// rollbackFails: bootc rollback does not take; the node comes back on
@@ -102,6 +104,9 @@ func gateScenarios() []gateScenario {
 				h.SystemState, h.FailedUnits, h.FailedUnitsTotal = fleetv1.SystemDegraded, []string{"greenboot-healthcheck.service"}, 1
 				h.BootComplete = "inactive"
 			})},
+		// The agent on the bad image never reports its host (it does not
+		// start, or D-Bus does not answer): the gate fails at its timeout.
+		{name: "host-not-reported", health: host(fleetv1.HostHealthCheck{}), noHostReport: true},
 		{name: "workloads-halt", health: workloadsGate, onFailure: fleetv1.OnFailureHalt, outcome: haltedHeld},
 		// An alert takes a scrape and a rule evaluation to fire, and the
 		// coordinator reuses a query's answer for 15s: minReadySeconds
@@ -131,6 +136,14 @@ func runGateScenario(t *testing.T, sc gateScenario) {
 	f.withRollback, f.host = true, sc.host
 	if f.host == nil {
 		f.host = hostOn(func(*fleetv1.HostHealth) {})
+	}
+	if sc.noHostReport {
+		f.host = func(fn *fakeNode) *fleetv1.HostHealth {
+			if fn.booted == v1 {
+				return nil
+			}
+			return hostOn(func(*fleetv1.HostHealth) {})(fn)
+		}
 	}
 	bad := sc.name + "-n00"
 	f.nodes[bad].rollbackFails = sc.rollbackFails

@@ -117,8 +117,11 @@ func (p *planner) explainRollback(s *Slot) (state, reason string) {
 // explainGate: a node back on its image, waiting on its health gate.
 func (p *planner) explainGate(s *Slot) string {
 	img := shortImage(s.Grant.Image.String())
-	if p.gatePassed(s.Grant.Holder) {
+	if p.gatePassed(*s) {
 		return fmt.Sprintf("back on %s, health gate passed; the slot is released once it has stayed Ready for %s (minReadySeconds)", img, p.minReady())
+	}
+	if v, ok := p.in.Health[s.Grant.Holder]; ok && v.Passed() {
+		return fmt.Sprintf("back on %s; waiting for its health gate (at most %s): check Metrics: the next answer of the query, one taken since the node came back", img, p.healthTimeout())
 	}
 	r := p.gateFailure(s.Grant.Holder)
 	return text.Truncate(fmt.Sprintf("back on %s; waiting for its health gate (at most %s): check %s: %s: %s", img, p.healthTimeout(), r.Check, r.Reason, orUnknown(r.Message)), fleetv1.MaxRolloutReason)

@@ -39,11 +39,19 @@ func (p *planner) healthTimeout() time.Duration {
 	return DefaultHealthTimeout
 }
 
-// gatePassed: the controller's verdict for node says every check passed.
-// Absent: not evaluated yet, not passed.
-func (p *planner) gatePassed(node string) bool {
-	v, ok := p.in.Health[node]
-	return ok && v.Passed()
+// gatePassed: the controller's verdict for the holder of s says every
+// check passed, its metrics answer taken since the holder was found back
+// (an earlier answer, e.g. from before the reboot, says nothing about the
+// new boot). Absent: not evaluated yet, not passed.
+func (p *planner) gatePassed(s Slot) bool {
+	v, ok := p.in.Health[s.Grant.Holder]
+	return ok && v.Passed() && !p.metricsStale(s, v)
+}
+
+// metricsStale: v's metrics answer was taken before the holder of s was
+// found back.
+func (p *planner) metricsStale(s Slot, v health.Verdict) bool {
+	return !v.MetricsAt.IsZero() && v.MetricsAt.Before(p.gateStart(s))
 }
 
 // gateStart is when the gate's clock started for slot s: when the holder
@@ -291,7 +299,7 @@ func (p *planner) haltedGates() []string {
 // quarantined.
 func (p *planner) gatesFailing(slots []Slot) bool {
 	for _, s := range slots {
-		if s.Phase == PhaseVerifying && p.gated(s.Grant) && !p.gatePassed(s.Grant.Holder) &&
+		if s.Phase == PhaseVerifying && p.gated(s.Grant) && !p.gatePassed(s) &&
 			!p.in.Now.Before(p.gateStart(s).Add(p.healthTimeout())) {
 			return true
 		}

@@ -222,6 +222,30 @@ func TestAGateFailureUnderHaltSaysWhatToDo(t *testing.T) {
 	}
 }
 
+// A metrics answer taken before the node was found back (the controller
+// reuses one for its query interval) says nothing about the new boot: the
+// slot is not released on it, and explain says what the gate waits for;
+// the next answer releases it.
+func TestAMetricsAnswerFromBeforeTheNodeCameBackDoesNotPassIt(t *testing.T) {
+	w := gateWorld(t, 2, fleetv1.OnFailureRollback)
+	back := w.now
+	passing := func(at time.Time) health.Verdict {
+		return health.Verdict{Results: []health.Result{{Check: health.CheckHost, Pass: true}, {Check: health.CheckMetrics, Pass: true}}, MetricsAt: at}
+	}
+	w.health["node-00"] = passing(back.Add(-5 * time.Second))
+	w.now = w.now.Add(5 * time.Second)
+	if out := w.step(); len(changes(out, OpRelease, lease.KindReboot)) != 0 {
+		t.Fatalf("released on an answer from before the node came back: %+v", out.Changes)
+	}
+	if r := w.bns["node-00"].Annotations[fleetv1.AnnotationRolloutReason]; !strings.Contains(r, "one taken since the node came back") {
+		t.Fatalf("node-00 rollout reason %q", r)
+	}
+	w.health["node-00"] = passing(w.now)
+	if out := w.step(); len(changes(out, OpRelease, lease.KindReboot)) != 1 {
+		t.Fatalf("not released on an answer taken since it came back: %+v", out.Changes)
+	}
+}
+
 // A node that reports no rollback deployment is not rolled back: its
 // grant stays failed, held, and the pool halts, whatever haltAfterFailures
 // says.
