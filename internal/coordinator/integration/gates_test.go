@@ -152,13 +152,28 @@ func runGateScenario(t *testing.T, sc gateScenario) {
 	f.createPool(func(p *fleetv1.BootcNodePool) {
 		p.Spec.Image = v1.String()
 		p.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(1))
-		// One stage slot: POOL-n00 (first by name) is staged first, so it
-		// is the first node granted a reboot, the one that fails.
 		p.Spec.Rollout.MaxStaging = ptr.To(intstr.FromInt32(1))
 		p.Spec.Rollout.OnFailure = sc.onFailure
 		p.Spec.Rollout.MinReadySeconds = sc.minReadySeconds
 		p.Spec.Health = health
+		p.Spec.Rollout.Paused = true
 	})
+	// Paused until both agents report: then POOL-n00, first by name, takes
+	// the one stage slot first, so it is the first node granted a reboot.
+	eventually(t, 60*time.Second, "both agents reporting", func() (bool, string) {
+		for _, name := range []string{bad, sc.name + "-n01"} {
+			var bn fleetv1.BootcNode
+			if err := f.c.Get(ctx, clientKey("", name), &bn); err != nil || bn.Status.LastReportTime == nil {
+				return false, name + " not reporting"
+			}
+		}
+		return true, ""
+	})
+	p := f.getPool()
+	p.Spec.Rollout.Paused = false
+	if err := f.c.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("pool status: %+v", f.getPool().Status)
@@ -292,6 +307,8 @@ var (
 	heldAge     = regexp.MustCompile(`\((draining|rebooting|verifying|failed|staging) [0-9hmsd.]+\)`)
 	loopback    = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 	eventsTable = regexp.MustCompile(`(?m)^Events:\n((?:  .*\n)+)`)
+	columnGap   = regexp.MustCompile(`\s{3,}`)
+	leadingAge  = regexp.MustCompile(`^[0-9hmsd.]+`)
 )
 
 // normalize replaces what changes from run to run (times, ages, the
@@ -307,9 +324,9 @@ func normalize(s string) string {
 		out.WriteString("Events:\n")
 		tw := tabwriter.NewWriter(&out, 0, 8, 3, ' ', 0)
 		for i, l := range strings.Split(strings.TrimSuffix(strings.TrimPrefix(tbl, "Events:\n"), "\n"), "\n") {
-			cols := regexp.MustCompile(`\s{3,}`).Split(strings.TrimSpace(l), 5)
+			cols := columnGap.Split(strings.TrimSpace(l), 5)
 			if i > 0 && len(cols) == 5 {
-				cols[2] = regexp.MustCompile(`^[0-9hmsd.]+`).ReplaceAllString(cols[2], "<age>")
+				cols[2] = leadingAge.ReplaceAllString(cols[2], "<age>")
 			}
 			fmt.Fprintf(tw, "  %s\n", strings.Join(cols, "\t"))
 		}
