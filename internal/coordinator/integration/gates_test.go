@@ -278,7 +278,9 @@ func gateEvents(t *testing.T, ctx context.Context, pool, node string) string {
 	var lines []string
 	for _, e := range evs.Items {
 		r := e.Regarding
-		if !(r.Kind == "BootcNodePool" && r.Name == pool) && !((r.Kind == "Node" || r.Kind == "BootcNode") && r.Name == node) {
+		onPool := r.Kind == "BootcNodePool" && r.Name == pool
+		onNode := (r.Kind == "Node" || r.Kind == "BootcNode") && r.Name == node
+		if !onPool && !onNode {
 			continue
 		}
 		if e.Type != "Warning" && rank[e.Reason] == 0 {
