@@ -97,8 +97,9 @@ func (g *healthGate) fill(ctx context.Context, pool *fleetv1.BootcNodePool, bns 
 	var v model.Vector
 	var qerr error
 	var recheck time.Duration
+	var at time.Time
 	if spec.Metrics != nil {
-		v, qerr = g.metrics(ctx, pool.Name, spec.Metrics, now)
+		v, at, qerr = g.metrics(ctx, pool.Name, spec.Metrics, now)
 		if qerr != nil {
 			in.MetricsError = text.Truncate(qerr.Error(), health.MaxMessage)
 		} else {
@@ -120,7 +121,7 @@ func (g *healthGate) fill(ctx context.Context, pool *fleetv1.BootcNodePool, bns 
 		if !ok || !inGate(s) {
 			continue
 		}
-		o := health.Observed{Node: n.Name, KubeletBootID: n.BootID, NodeReady: n.Ready, Metrics: v, MetricsErr: qerr, Now: now}
+		o := health.Observed{Node: n.Name, KubeletBootID: n.BootID, NodeReady: n.Ready, Metrics: v, MetricsErr: qerr, MetricsAt: at, Now: now}
 		if bn := bns[n.Name]; bn != nil {
 			o.Host, o.SoftRebootCount = bn.Status.Host, bn.Status.SoftRebootCount
 		}
@@ -200,15 +201,15 @@ func (g *healthGate) pods(ctx context.Context, node string, sel *metav1.LabelSel
 	return out, nil
 }
 
-// metrics is the pool's query result, run again once the last one is older
-// than the interval or the check changed.
-func (g *healthGate) metrics(ctx context.Context, pool string, m *fleetv1.MetricsHealthCheck, now time.Time) (model.Vector, error) {
+// metrics is the pool's query result and when it was taken, run again once
+// the last one is older than the interval or the check changed.
+func (g *healthGate) metrics(ctx context.Context, pool string, m *fleetv1.MetricsHealthCheck, now time.Time) (model.Vector, time.Time, error) {
 	key := m.URL + "\x00" + m.Query + "\x00" + m.CASecret + "\x00" + m.BearerTokenSecret
 	g.mu.Lock()
 	a, ok := g.cache[pool]
 	g.mu.Unlock()
 	if ok && a.key == key && now.Sub(a.at) < g.interval && !now.Before(a.at) {
-		return a.v, a.err
+		return a.v, a.at, a.err
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -219,7 +220,7 @@ func (g *healthGate) metrics(ctx context.Context, pool string, m *fleetv1.Metric
 	g.mu.Lock()
 	g.cache[pool] = metricsAnswer{key: key, at: now, v: v, err: err}
 	g.mu.Unlock()
-	return v, err
+	return v, now, err
 }
 
 // run reads the check's Secrets and runs its query.

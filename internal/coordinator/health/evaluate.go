@@ -21,9 +21,11 @@ type Observed struct {
 	// node that the workloads check's podSelector matches.
 	NodeReady bool
 	Pods      []Pod
-	// Metrics is the pool's query result, or MetricsErr why there is none.
+	// Metrics is the pool's query result, or MetricsErr why there is none;
+	// MetricsAt is when that answer was taken.
 	Metrics    model.Vector
 	MetricsErr error
+	MetricsAt  time.Time
 	Now        time.Time
 }
 
@@ -42,6 +44,7 @@ func Evaluate(spec *fleetv1.HealthSpec, o Observed) Verdict {
 	}
 	if spec.Metrics != nil {
 		v.Results = append(v.Results, Metrics(spec.Metrics.NodeLabel, o.Node, o.Metrics, o.MetricsErr))
+		v.MetricsAt = o.MetricsAt
 	}
 	return v
 }

@@ -62,6 +62,10 @@ func TestHost(t *testing.T) {
 		{name: "a required unit not reported", st: with(func(h *fleetv1.HostHealth) { h.Units = nil }), boot: boot1, reason: fleetv1.ReasonHostUnitInactive, message: "kubelet.service (not reported)"},
 		{name: "a required unit not loaded", st: with(func(h *fleetv1.HostHealth) { h.Units[0].ActiveState = "" }), boot: boot1, reason: fleetv1.ReasonHostUnitInactive, message: "not loaded"},
 		{name: "boot-complete.target not reached", st: with(func(h *fleetv1.HostHealth) { h.BootComplete = "inactive" }), boot: boot1, reason: fleetv1.ReasonHostBootIncomplete, message: "inactive"},
+		{name: "boot-complete.target not reached, degraded allowed: the failed check unit is named", spec: &fleetv1.HostHealthCheck{RequireBootComplete: true, AllowDegraded: true},
+			st: with(func(h *fleetv1.HostHealth) {
+				h.SystemState, h.FailedUnits, h.FailedUnitsTotal, h.BootComplete = fleetv1.SystemDegraded, []string{"greenboot-healthcheck.service"}, 1, "inactive"
+			}), boot: boot1, reason: fleetv1.ReasonHostBootIncomplete, message: "boot-complete.target is inactive, not active; 1 failed: greenboot-healthcheck.service"},
 		{name: "boot-complete.target not required", spec: &fleetv1.HostHealthCheck{}, st: with(func(h *fleetv1.HostHealth) { h.BootComplete = "" }), boot: boot1},
 		{name: "nonsense: a state systemd has not", st: with(func(h *fleetv1.HostHealth) { h.SystemState = "fine" }), boot: boot1, reason: fleetv1.ReasonHostNotReported, message: "not valid: systemState"},
 		{name: "nonsense: a total below the list", st: with(func(h *fleetv1.HostHealth) {

@@ -74,7 +74,11 @@ func Host(spec *fleetv1.HostHealthCheck, st *fleetv1.HostHealth, kubeletBootID s
 		if state == "" {
 			state = "not loaded"
 		}
-		return fail(fleetv1.ReasonHostBootIncomplete, "boot-complete.target is "+state+", not active")
+		msg := "boot-complete.target is " + state + ", not active"
+		if st.FailedUnitsTotal > 0 {
+			msg += "; " + failedUnits(st)
+		}
+		return fail(fleetv1.ReasonHostBootIncomplete, msg)
 	}
 	r.Pass = true
 	return r

@@ -5,6 +5,8 @@
 // and hands the planner one Verdict per node.
 package health
 
+import "time"
+
 // Check names one check of the gate.
 type Check string
 
@@ -30,6 +32,11 @@ type Result struct {
 // The zero Verdict (no checks) passes: a pool without spec.health.
 type Verdict struct {
 	Results []Result
+	// MetricsAt is when the query answer the metrics check judged was
+	// taken, on the coordinator's clock (zero: no metrics check). The
+	// planner passes a node only on an answer taken since the node was
+	// found back: an earlier one says nothing about its new boot.
+	MetricsAt time.Time
 }
 
 // Passed reports whether every check passed.

@@ -129,6 +129,11 @@ type fleet struct {
 	// peel plays bootc on a multi-arch index: told to switch to an index
 	// digest (key), a node stages its architecture's image in it.
 	peel map[string]map[string]imageref.Pinned
+	// host, when set, plays the agent's host report (status.host) from
+	// what the node runs; withRollback makes the agents report their
+	// rollback deployment and roll back under a rollback grant.
+	host         func(fn *fakeNode) *fleetv1.HostHealth
+	withRollback bool
 }
 
 type fakeNode struct {
@@ -143,6 +148,12 @@ type fakeNode struct {
 	offline bool      // the agent does not run
 	reboots int
 	spent   map[lease.ID]bool
+	// rollback is what bootc would roll back to (the image booted before
+	// the last update); rollingBack: the reboot under way is a rollback;
+	// rollbackFails: that reboot comes back on the same image.
+	rollback      imageref.Pinned
+	rollingBack   bool
+	rollbackFails bool
 }
 
 func (n *fakeNode) bootID() string { return newBootID(n.name, n.boot) }
@@ -304,7 +315,15 @@ func (f *fleet) step(ctx context.Context, name string) {
 		f.mu.Lock()
 		fn.back = time.Time{}
 		fn.boot++
-		if fn.staged.Digest != "" {
+		switch {
+		case fn.rollingBack:
+			// bootc rollback swapped the pair, unless the host failed it.
+			if !fn.rollbackFails {
+				fn.booted, fn.rollback = fn.rollback, fn.booted
+			}
+			fn.rollingBack = false
+		case fn.staged.Digest != "":
+			fn.rollback = fn.booted
 			fn.booted, fn.staged = fn.staged, imageref.Pinned{}
 		}
 		fn.ready = true
@@ -329,6 +348,9 @@ func (f *fleet) step(ctx context.Context, name string) {
 			hb = bn.Status.LastReportTime.Time
 		}
 		return g.Allows(lease.Check{Node: name, Action: a, Image: desired.String(), BootID: fn.bootID(), Now: time.Now(), LastHeartbeat: hb}) == nil
+	}
+	if f.rollBack(ctx, &bn, fn, grants, check) {
+		return
 	}
 	switch {
 	case derr != nil || desired == fn.booted:
@@ -364,6 +386,28 @@ func (f *fleet) step(ctx context.Context, name string) {
 	f.report(ctx, &bn, fn, phase)
 }
 
+// rollBack plays the agent under a valid rollback grant (amendment 25):
+// bootc rollback, then a reboot into the rollback deployment, once per
+// grant. It reports whether the node went down.
+func (f *fleet) rollBack(ctx context.Context, bn *fleetv1.BootcNode, fn *fakeNode, grants []lease.Grant, check func(lease.Action, lease.Grant) bool) bool {
+	for _, g := range grants {
+		if g.Kind != lease.KindReboot || !g.Rollback || fn.spent[g.ID] || fn.rollback.Digest == "" || g.Image != fn.rollback || !check(lease.ActionRollback, g) {
+			continue
+		}
+		f.mu.Lock()
+		fn.spent[g.ID] = true
+		fn.reboots++
+		fn.ready = false
+		fn.rollingBack = true
+		fn.back = time.Now().Add(300 * time.Millisecond)
+		f.mu.Unlock()
+		f.report(ctx, bn, fn, fleetv1.PhaseRebooting)
+		f.writeNodeStatus(ctx, fn)
+		return true
+	}
+	return false
+}
+
 func (f *fleet) grants(ctx context.Context, node string) []lease.Grant {
 	var ls coordinationv1.LeaseList
 	if err := f.c.List(ctx, &ls, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelHolder: node}); err != nil {
@@ -394,6 +438,12 @@ func (f *fleet) report(ctx context.Context, bn *fleetv1.BootcNode, fn *fakeNode,
 		Phase:              phase,
 		LastReportTime:     &metav1.MicroTime{Time: time.Now()},
 	}
+	if f.withRollback {
+		st.Rollback = deployment(fn.rollback, false)
+	}
+	if f.host != nil {
+		st.Host = f.host(fn)
+	}
 	// Like the agent: list the grants held in this boot; a report is a
 	// heartbeat, sent at least 4 times per lease duration.
 	for _, g := range f.grants(ctx, fn.name) {
@@ -420,7 +470,8 @@ func equalStatus(a, b fleetv1.BootcNodeStatus) bool {
 		return fmt.Sprint(x.Digest, x.DownloadOnly)
 	}
 	return a.BootID == b.BootID && a.Phase == b.Phase && d(a.Booted) == d(b.Booted) && d(a.Staged) == d(b.Staged) &&
-		a.ObservedGeneration == b.ObservedGeneration && fmt.Sprint(a.Grants) == fmt.Sprint(b.Grants)
+		a.ObservedGeneration == b.ObservedGeneration && fmt.Sprint(a.Grants) == fmt.Sprint(b.Grants) &&
+		d(a.Rollback) == d(b.Rollback) && fmt.Sprint(a.Host) == fmt.Sprint(b.Host)
 }
 
 // finishPodDeletions plays the kubelet: pods being deleted on the node go away.

@@ -39,8 +39,8 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 		return fleetv1.RolloutUpdated, "runs " + shortImage(tgt.String())
 	case p.quarantined():
 		q := p.quarantine
-		return fleetv1.RolloutBlocked, text.Truncate(fmt.Sprintf("the pool's target %s is quarantined: node %s failed on it (%s); nothing is staged or rebooted into it until spec.image names another image",
-			shortImage(q.Digest), q.Node, q.Reason), fleetv1.MaxRolloutReason)
+		return fleetv1.RolloutBlocked, text.Truncate(fmt.Sprintf("the pool's target %s is quarantined: node %s failed on it (%s); nothing is staged or rebooted into it until spec.image names another image (%s)",
+			shortImage(q.Digest), q.Node, q.Reason, text.Truncate(orUnknown(q.Message), 256)), fleetv1.MaxRolloutReason)
 	case p.in.ResolveError != "":
 		return fleetv1.RolloutBlocked, text.Truncate("no new grants while spec.image does not resolve: "+p.in.ResolveError, fleetv1.MaxRolloutReason)
 	case p.signatureRejected(name):
@@ -108,7 +108,7 @@ func (p *planner) explainRollback(s *Slot) (state, reason string) {
 	case PhaseVerifying:
 		return string(PhaseVerifying), fmt.Sprintf("rolled back to %s; rollback grant %s is released once it has stayed Ready for %s (minReadySeconds)", img, s.Name, p.minReady())
 	case PhaseFailed:
-		return string(PhaseFailed), fmt.Sprintf("%s: did not come back on %s after its rollback; reboot slot %s stays held and the pool halts: repair the node by hand", orUnknown(s.Grant.Failure), img, s.Name)
+		return string(PhaseFailed), fmt.Sprintf("%s: did not come back on %s after its rollback; reboot slot %s stays held and the pool halts: repair the node by hand (boot it into a working image), then uncordon it and delete Lease %s/%s", orUnknown(s.Grant.Failure), img, s.Name, lease.Namespace, s.Name)
 	default:
 		return string(PhaseRebooting), fmt.Sprintf("failed its health gate; rolling back to %s under rollback grant %s", img, s.Name)
 	}
@@ -117,8 +117,11 @@ func (p *planner) explainRollback(s *Slot) (state, reason string) {
 // explainGate: a node back on its image, waiting on its health gate.
 func (p *planner) explainGate(s *Slot) string {
 	img := shortImage(s.Grant.Image.String())
-	if p.gatePassed(s.Grant.Holder) {
+	if p.gatePassed(*s) {
 		return fmt.Sprintf("back on %s, health gate passed; the slot is released once it has stayed Ready for %s (minReadySeconds)", img, p.minReady())
+	}
+	if v, ok := p.in.Health[s.Grant.Holder]; ok && v.Passed() {
+		return fmt.Sprintf("back on %s; waiting for its health gate (at most %s): check Metrics: the next answer of the query, one taken since the node came back", img, p.healthTimeout())
 	}
 	r := p.gateFailure(s.Grant.Holder)
 	return text.Truncate(fmt.Sprintf("back on %s; waiting for its health gate (at most %s): check %s: %s: %s", img, p.healthTimeout(), r.Check, r.Reason, orUnknown(r.Message)), fleetv1.MaxRolloutReason)
@@ -127,11 +130,17 @@ func (p *planner) explainGate(s *Slot) string {
 // explainGateFailure: a node whose grant failed its health gate.
 func (p *planner) explainGateFailure(s *Slot) string {
 	img := shortImage(s.Grant.Image.String())
-	next := "onFailure is Halt: reboot slot " + s.Name + " stays held"
+	next := haltedGateFailure(s.Name)
 	if p.onFailure() == fleetv1.OnFailureRollback {
 		next = "it is rolled back under a rollback grant once its agent reports a rollback deployment (none reported: the slot stays held and the pool halts)"
 	}
 	return fmt.Sprintf("failed its health gate on %s (%s); %s", img, s.Grant.Failure, next)
+}
+
+// haltedGateFailure says what happens to a node that failed its gate under
+// onFailure Halt, and what the operator does.
+func haltedGateFailure(slot string) string {
+	return fmt.Sprintf("onFailure is Halt: it stays cordoned on the image and holds reboot slot %s; roll it back (bootc rollback, then reboot) or repair it by hand, then uncordon it and delete Lease %s/%s", slot, lease.Namespace, slot)
 }
 
 func (p *planner) waitingForReboot(n Node) (string, string) {

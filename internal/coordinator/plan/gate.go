@@ -39,11 +39,19 @@ func (p *planner) healthTimeout() time.Duration {
 	return DefaultHealthTimeout
 }
 
-// gatePassed: the controller's verdict for node says every check passed.
-// Absent: not evaluated yet, not passed.
-func (p *planner) gatePassed(node string) bool {
-	v, ok := p.in.Health[node]
-	return ok && v.Passed()
+// gatePassed: the controller's verdict for the holder of s says every
+// check passed, its metrics answer taken since the holder was found back
+// (an earlier answer, e.g. from before the reboot, says nothing about the
+// new boot). Absent: not evaluated yet, not passed.
+func (p *planner) gatePassed(s Slot) bool {
+	v, ok := p.in.Health[s.Grant.Holder]
+	return ok && v.Passed() && !p.metricsStale(s, v)
+}
+
+// metricsStale: v's metrics answer was taken before the holder of s was
+// found back.
+func (p *planner) metricsStale(s Slot, v health.Verdict) bool {
+	return !v.MetricsAt.IsZero() && v.MetricsAt.Before(p.gateStart(s))
 }
 
 // gateStart is when the gate's clock started for slot s: when the holder
@@ -131,8 +139,13 @@ func (p *planner) gateFailed(h heldSlot) {
 	s, n, g := h.Slot, h.n, h.Grant
 	r := p.gateFailure(n.Name)
 	p.change(s, SlotChange{Op: OpMarkFailed, Failure: r.Reason, Why: WhyHealthCheckFailed})
-	p.failedSlot[g.Holder] = r.Reason
-	next := "onFailure is Halt: the slot stays held and the node as it is"
+	// A node the next pass rolls back is no failure that halts the pool:
+	// counting it in this pass would say Halted, "not rolled back", for
+	// the one pass before its rollback grant.
+	if _, ok := p.rollbackFor(h); !ok {
+		p.failedSlot[g.Holder] = r.Reason
+	}
+	next := haltedGateFailure(s.Name)
 	if p.onFailure() == fleetv1.OnFailureRollback {
 		if _, ok := p.rollbackImage(h); ok {
 			next = "it is rolled back to its previous image under a rollback grant"
@@ -216,16 +229,23 @@ func (p *planner) rollbackImage(h heldSlot) (imageref.Pinned, bool) {
 	return pin, err == nil
 }
 
+// rollbackFor is the image a failed grant's node is rolled back to, when
+// it is: onFailure is Rollback, and the node is Ready and reports a
+// rollback deployment in its current boot.
+func (p *planner) rollbackFor(h heldSlot) (imageref.Pinned, bool) {
+	if p.onFailure() != fleetv1.OnFailureRollback || !h.n.Ready || h.st == nil {
+		return imageref.Pinned{}, false
+	}
+	return p.rollbackImage(h)
+}
+
 // afterGateFailure: an update grant marked failed by its gate. With
 // onFailure Rollback, its slot is re-issued to the node as a rollback grant
 // (Failed -> Draining, Rollback); otherwise it stays held.
 func (p *planner) afterGateFailure(h heldSlot) {
 	s, n, g := h.Slot, h.n, h.Grant
 	p.quarantineFor(n.Name, g.Image, g.Failure, "check failed: "+g.Failure)
-	if p.onFailure() != fleetv1.OnFailureRollback || !n.Ready || h.st == nil {
-		return
-	}
-	img, ok := p.rollbackImage(h)
+	img, ok := p.rollbackFor(h)
 	if !ok {
 		return
 	}
@@ -258,13 +278,28 @@ func (p *planner) unrolledBack() []string {
 	return out
 }
 
+// haltedGates names the pool's nodes that failed their health gate under
+// onFailure Halt: held until an operator repairs them.
+func (p *planner) haltedGates() []string {
+	if p.onFailure() != fleetv1.OnFailureHalt {
+		return nil
+	}
+	var out []string
+	for _, name := range p.members {
+		if healthFailure(p.failedSlot[name]) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // gatesFailing: a holder's gate fails in this pass (its timeout passed and
 // its verdict does not pass), found before the slots are settled, so no
 // Draining update grant advances into a reboot in the pass its target is
 // quarantined.
 func (p *planner) gatesFailing(slots []Slot) bool {
 	for _, s := range slots {
-		if s.Phase == PhaseVerifying && p.gated(s.Grant) && !p.gatePassed(s.Grant.Holder) &&
+		if s.Phase == PhaseVerifying && p.gated(s.Grant) && !p.gatePassed(s) &&
 			!p.in.Now.Before(p.gateStart(s).Add(p.healthTimeout())) {
 			return true
 		}
@@ -318,6 +353,6 @@ func (p *planner) rollbackFailed(h heldSlot, why string) {
 	s, n, g := h.Slot, h.n, h.Grant
 	p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRollbackFailed, Why: WhyRollbackFailed})
 	p.failedSlot[g.Holder] = fleetv1.ReasonRollbackFailed
-	p.nodeEvent(n.Name, "Warning", fleetv1.EventHealthCheckFailed, "node %s failed its rollback to %s (%s): %s; slot %s stays held and the pool halts: repair the node by hand",
-		n.Name, g.Image, fleetv1.ReasonRollbackFailed, why, s.Name)
+	p.nodeEvent(n.Name, "Warning", fleetv1.EventHealthCheckFailed, "node %s failed its rollback to %s (%s): %s; slot %s stays held and the pool halts: repair the node by hand (boot it into a working image), then uncordon it and delete Lease %s/%s",
+		n.Name, g.Image, fleetv1.ReasonRollbackFailed, why, s.Name, lease.Namespace, s.Name)
 }

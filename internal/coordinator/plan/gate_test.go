@@ -181,6 +181,72 @@ func TestRollbackGrantTermsAndRelease(t *testing.T) {
 	t.Fatalf("rollback grant never released: %+v", w.leases)
 }
 
+// A failed gate that the next pass rolls back does not halt the pool in
+// the pass it fails: no Halted condition or Event saying the node was not
+// rolled back, no failure counted, while the rollback is on its way.
+func TestAGateFailureToBeRolledBackDoesNotHalt(t *testing.T) {
+	w := gateWorld(t, 3, fleetv1.OnFailureRollback)
+	w.health["node-00"] = hostFailed
+	w.now = w.now.Add(2 * time.Minute)
+	for i, what := range []string{"the pass the gate fails", "the pass of the rollback grant"} {
+		out := w.step()
+		if want := []int{1, 0}[i]; len(changes(out, OpMarkFailed, lease.KindReboot)) != want {
+			t.Fatalf("%s: %+v", what, out.Changes)
+		}
+		if h := cond(out, fleetv1.PoolHalted); h.Status == metav1.ConditionTrue || hasEvent(out, fleetv1.EventHalted, "") || out.Status.Failures != 0 {
+			t.Fatalf("%s: Halted %+v, failures %d, events %+v", what, h, out.Status.Failures, out.Events)
+		}
+	}
+	if s, _ := w.grantOf("node-00", lease.KindReboot); !s.Grant.Rollback {
+		t.Fatalf("no rollback grant: %+v", s)
+	}
+}
+
+// With onFailure Halt, the failed node stays held, and the pool's Halted
+// condition and the node's explanation say what the operator does: the
+// node is not released by coming back, it is on the image already.
+func TestAGateFailureUnderHaltSaysWhatToDo(t *testing.T) {
+	w := gateWorld(t, 3, fleetv1.OnFailureHalt)
+	failGate(t, w)
+	out := w.step()
+	h := cond(out, fleetv1.PoolHalted)
+	if h.Status != metav1.ConditionTrue || !strings.Contains(h.Message, "node-00 failed the health gate with onFailure Halt") ||
+		!strings.Contains(h.Message, "uncordon it and delete its slot Lease in "+lease.Namespace) {
+		t.Fatalf("Halted %+v", h)
+	}
+	a := w.bns["node-00"].Annotations
+	if a[fleetv1.AnnotationRolloutState] != string(PhaseFailed) || !strings.Contains(a[fleetv1.AnnotationRolloutReason], "bootc rollback") {
+		t.Fatalf("node-00 rollout %q: %q", a[fleetv1.AnnotationRolloutState], a[fleetv1.AnnotationRolloutReason])
+	}
+	if r := w.bns["node-01"].Annotations[fleetv1.AnnotationRolloutReason]; !strings.Contains(r, "(HostUnitFailed); nothing is staged") || !strings.Contains(r, "bad.service") {
+		t.Fatalf("node-01 rollout reason %q does not name the failed unit", r)
+	}
+}
+
+// A metrics answer taken before the node was found back (the controller
+// reuses one for its query interval) says nothing about the new boot: the
+// slot is not released on it, and explain says what the gate waits for;
+// the next answer releases it.
+func TestAMetricsAnswerFromBeforeTheNodeCameBackDoesNotPassIt(t *testing.T) {
+	w := gateWorld(t, 2, fleetv1.OnFailureRollback)
+	back := w.now
+	passing := func(at time.Time) health.Verdict {
+		return health.Verdict{Results: []health.Result{{Check: health.CheckHost, Pass: true}, {Check: health.CheckMetrics, Pass: true}}, MetricsAt: at}
+	}
+	w.health["node-00"] = passing(back.Add(-5 * time.Second))
+	w.now = w.now.Add(5 * time.Second)
+	if out := w.step(); len(changes(out, OpRelease, lease.KindReboot)) != 0 {
+		t.Fatalf("released on an answer from before the node came back: %+v", out.Changes)
+	}
+	if r := w.bns["node-00"].Annotations[fleetv1.AnnotationRolloutReason]; !strings.Contains(r, "one taken since the node came back") {
+		t.Fatalf("node-00 rollout reason %q", r)
+	}
+	w.health["node-00"] = passing(w.now)
+	if out := w.step(); len(changes(out, OpRelease, lease.KindReboot)) != 1 {
+		t.Fatalf("not released on an answer taken since it came back: %+v", out.Changes)
+	}
+}
+
 // A node that reports no rollback deployment is not rolled back: its
 // grant stays failed, held, and the pool halts, whatever haltAfterFailures
 // says.

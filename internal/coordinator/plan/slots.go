@@ -189,7 +189,7 @@ func (p *planner) endReboot(h heldSlot) (done bool) {
 	back, soft := p.verifiedBack(n, st, g)
 	p.trackBack(s, n, back)
 	switch {
-	case back && p.gated(g) && !p.gatePassed(n.Name):
+	case back && p.gated(g) && !p.gatePassed(s):
 		// Back, its gate not passed yet (amendment 24); a grant failed
 		// already (rebootTimeout) waits for it without a timer.
 		if g.Failure == "" {

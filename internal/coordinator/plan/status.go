@@ -149,6 +149,12 @@ func (p *planner) haltedCondition(set setCondition, halted bool, failed []string
 			fmt.Sprintf("node(s) failed their health gate and were not rolled back: %s; no new reboot grants whatever haltAfterFailures says. A RollbackFailed node is never rebooted again automatically: repair it by hand, uncordon it and delete its Lease; a node without a rollback deployment likewise", joinMax(u, 5)))
 		return
 	}
+	if gated := p.haltedGates(); halted && len(gated) > 0 {
+		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
+			fmt.Sprintf("%d node(s) failed on the target image (%s), haltAfterFailures is %d: no new reboot grants. %s failed the health gate with onFailure Halt: each stays cordoned on the image and holds its reboot slot; roll it back (bootc rollback, then reboot) or repair it by hand, then uncordon it and delete its slot Lease in %s",
+				len(failed), joinMax(failed, 5), p.b.HaltAfterFailures, joinMax(gated, 5), lease.Namespace))
+		return
+	}
 	if halted {
 		set(fleetv1.PoolHalted, metav1.ConditionTrue, fleetv1.ReasonFailuresReached,
 			fmt.Sprintf("%d node(s) failed on the target image (%s), haltAfterFailures is %d: no new reboot grants. Repair those nodes (each slot is released once its node is back on the image; a node whose signature policy rejected the image recovers with a new image or a policy that accepts it), delete Nodes that are gone, or raise haltAfterFailures",
