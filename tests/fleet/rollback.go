@@ -77,7 +77,7 @@ func BadImageCanary(ctx context.Context, f *Fleet, seed int64) Result {
 	good := p.Push("v3")
 	p.Create("v2", opts)
 
-	canary, ok := p.awaitRolledBack(ctx, hist, bad, old, 1, &res)
+	canary, ok := p.awaitRolledBack(ctx, hist, old, 1, &res)
 	if !ok {
 		res.Duration = time.Since(start)
 		return res
@@ -131,7 +131,7 @@ func BadImageFirstWave(ctx context.Context, f *Fleet, seed int64) Result {
 	bad := p.PushBad("v2")
 	p.Create("v2", opts)
 
-	wave, ok := p.awaitRolledBack(ctx, hist, bad, old, opts.MaxUnavailable, &res)
+	wave, ok := p.awaitRolledBack(ctx, hist, old, opts.MaxUnavailable, &res)
 	if !ok {
 		res.Duration = time.Since(start)
 		return res
@@ -171,7 +171,7 @@ func BadImageLastZone(ctx context.Context, f *Fleet, seed int64) Result {
 	bad := p.PushBadOn("v2", func(node string) bool { return zoneOf[node] == "c" })
 	p.Create("v2", opts)
 
-	wave, ok := p.awaitRolledBack(ctx, hist, bad, old, 2, &res)
+	wave, ok := p.awaitRolledBack(ctx, hist, old, 2, &res)
 	if !ok {
 		res.Duration = time.Since(start)
 		return res
@@ -206,10 +206,10 @@ func BadImageLastZone(ctx context.Context, f *Fleet, seed int64) Result {
 	return res
 }
 
-// awaitRolledBack waits until the pool quarantined bad and every node that
-// got an update grant for bad (want of them) is back on old with its
-// rollback grant's slot released, and returns those nodes, sorted.
-func (p *Pool) awaitRolledBack(ctx context.Context, hist *slotHistory, bad, old string, want int, res *Result) ([]string, bool) {
+// awaitRolledBack waits until the pool quarantined its target and want
+// nodes got a rollback grant to old, each back on old with that slot
+// released, and returns those nodes, sorted.
+func (p *Pool) awaitRolledBack(ctx context.Context, hist *slotHistory, old string, want int, res *Result) ([]string, bool) {
 	var failed []string
 	done := func() bool {
 		st := p.Status()
