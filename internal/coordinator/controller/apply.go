@@ -225,16 +225,23 @@ func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx contex
 }
 
 // recordEvents records the plan's Events. Every Event is an API write, so
-// routine progress about a node is recorded once: staging on its BootcNode
-// (a download does not touch the Node), everything else (cordon, drain,
-// reboot, revokes) on its Node, with the pool as related object, so
-// `kubectl describe node` tells every disruption and `kubectl bootc-fleet
-// explain`, which reads both, the whole story. A Warning about a node goes
+// a node's routine update is one Event on its Node (amendment 29):
+// `NodeUpdated` (or `RolledBack`) once it is done, with the pool as related
+// object; the steps before it (staged, reboot granted, drained, back) are
+// logged, and said meanwhile by the BootcNode's rollout-state. Other Normal
+// Events about a node (revokes, releases) go on its Node, so `kubectl
+// describe node` tells every update and every grant taken back, and
+// `kubectl bootc-fleet explain`, which reads the Events of the Node and the
+// BootcNode, the whole story. A Warning about a node goes
 // on the Node, the BootcNode and the pool, with the Node as related object
 // there (without it events.k8s.io/v1 would fold the Events of different
 // nodes with the same reason into one series that keeps the first note).
 func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, out plan.Output) {
 	for _, e := range out.Events {
+		if stepOfUpdate(e) {
+			r.log.Info("node update step", "pool", pool.Name, "node", e.Node, "reason", e.Reason, "message", e.Message)
+			continue
+		}
 		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
 			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 			continue
@@ -248,22 +255,27 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 		bn := w.bootcNodes[e.Node]
 		onBootcNode := bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name
-		warning := e.Type != corev1.EventTypeNormal
-		if warning {
+		r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		if e.Type != corev1.EventTypeNormal {
 			r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
-		}
-		if !onBootcNode || !stagingProgress(e) {
-			r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
-		}
-		if onBootcNode && (warning || stagingProgress(e)) {
-			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			if onBootcNode {
+				r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			}
 		}
 	}
 }
 
-// stagingProgress: a Normal Event about a node's download (amendment 16).
-func stagingProgress(e plan.Event) bool {
-	return e.Type == corev1.EventTypeNormal && e.Reason == fleetv1.EventStaged
+// stepOfUpdate: a Normal Event about a step of a node's routine update
+// before it is done, logged instead of recorded (amendment 29).
+func stepOfUpdate(e plan.Event) bool {
+	if e.Type != corev1.EventTypeNormal || e.Node == "" {
+		return false
+	}
+	switch e.Reason {
+	case fleetv1.EventStaged, fleetv1.EventRebootGranted, fleetv1.EventDrained, fleetv1.EventNodeBack:
+		return true
+	}
+	return false
 }
 
 // applySlot makes one slot's changes of the pass on read with one Update and
