@@ -357,9 +357,10 @@ func (r *poolReconciler) slotChanged(log logr.Logger, pool string, c plan.SlotCh
 }
 
 // cordon cordons the node of the Draining grant l, marking the Node with the
-// grant in the same update, records on the grant that the cordon is ours
-// when this call made it (amendment 21), and starts its drain: an admin's
-// cordon made a moment before the grant stays the admin's.
+// grant in the same update, records on the grant whose cordon it is (at
+// once when it is someone else's, amendment 21; with the advance to phase
+// Reboot when this call made it, amendment 29), and starts its drain: an
+// admin's cordon made a moment before the grant stays the admin's.
 func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool string, w *observed, l *coordinationv1.Lease, c plan.SlotChange) error {
 	g, err := lease.Parse(l)
 	if err != nil {
@@ -376,13 +377,16 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	if was {
 		log.Info("node was cordoned already, not by this cordon call; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
 	}
-	// Record the call's answer on the grant at once (amendments 21, 23):
-	// from then on only this record says whose cordon it is, and a mark
-	// copied onto the Node counts for nothing. Stopped before it, the grant
-	// still says pending, and the mark written in the cordon's own update
-	// says the cordon is ours.
+	// Someone else's cordon is recorded on the grant at once (amendments
+	// 21, 23): from then on only this record says whose cordon it is, and
+	// a mark copied onto the Node counts for nothing. A cordon this call
+	// made on a grant that says pending is recorded by the advance to
+	// phase Reboot, one Lease write less (amendment 29): until then the
+	// grant's own mark, written in the cordon's update, says it is ours, as
+	// it does for a coordinator stopped before the record. A grant that
+	// records someone else's cordon and is cordoned again by us says so now.
 	pending := g.Cordon == lease.CordonPending
-	if (was && pending) || (!was && node != nil) {
+	if (was && pending) || (!was && node != nil && !pending) {
 		rec := l.DeepCopy()
 		lease.RecordCordon(rec, !was)
 		if err := r.client.Update(ctx, rec); err != nil {

@@ -149,12 +149,12 @@ func TestCordonOwnershipComesFromTheCordonCall(t *testing.T) {
 			t.Fatalf("release %+v lifted the admin's cordon (unschedulable now %v)", rel, w.nodes["node-00"].Unschedulable)
 		}
 	})
-	t.Run("our cordon, recorded right after the cordon call, survives a restart mid-drain", func(t *testing.T) {
+	t.Run("our cordon, pending with the grant's mark until the advance records it, survives a restart mid-drain", func(t *testing.T) {
 		w := stagedWorld(2, 1)
 		w.step()
 		s, _ := w.grantOf("node-00", lease.KindReboot)
-		if !s.CordonedByUs || w.nodes["node-00"].CordonedFor != lease.CordonMark(s.Grant.ID) {
-			t.Fatalf("after the grant: recorded %v, Node mark %q", s.CordonedByUs, w.nodes["node-00"].CordonedFor)
+		if !s.CordonPending || !w.cordonedByUs("node-00") || w.nodes["node-00"].CordonedFor != lease.CordonMark(s.Grant.ID) {
+			t.Fatalf("after the grant: recorded %v, pending %v, Node mark %q", s.CordonedByUs, s.CordonPending, w.nodes["node-00"].CordonedFor)
 		}
 		// The coordinator stops mid-drain: the next one drains again, and
 		// the advance keeps the record.
