@@ -385,18 +385,42 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	// grant's own mark, written in the cordon's update, says it is ours, as
 	// it does for a coordinator stopped before the record. A grant that
 	// records someone else's cordon and is cordoned again by us says so now.
-	pending := g.Cordon == lease.CordonPending
-	if (was && pending) || (!was && node != nil && !pending) {
-		rec := l.DeepCopy()
-		lease.RecordCordon(rec, !was)
-		if err := r.client.Update(ctx, rec); err != nil {
-			return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
-		}
-		r.writes.wrote(pool, kindLease, rec)
+	if err := r.recordCordon(ctx, pool, l, g, c, was, node != nil); err != nil {
+		return err
 	}
 	if c.DrainTimeout > 0 && r.drains.startOnce(pool, c.Node, g.ID, c.DrainTimeout) {
 		log.V(1).Info("drain started", "node", c.Node, "grant", g.ID.String(), "timeout", c.DrainTimeout.String())
 	}
+	return nil
+}
+
+// recordCordon records on grant l the answer of its cordon call when it is
+// someone else's cordon (was), or ours on a grant that recorded another
+// answer; ours on a pending grant waits for the advance (amendment 29). A
+// Node found cordoned already on a pending grant is read afresh: cordoned
+// with this very grant's mark, the cordon is ours, made by an earlier call
+// whose answer this pass did not see (another pass, another coordinator
+// during a failover), and stays pending, as amendment 23 reads it.
+func (r *poolReconciler) recordCordon(ctx context.Context, pool string, l *coordinationv1.Lease, g lease.Grant, c plan.SlotChange, was, wrote bool) error {
+	pending := g.Cordon == lease.CordonPending
+	if !(was && pending) && !(!was && wrote && !pending) {
+		return nil
+	}
+	if was {
+		var n corev1.Node
+		if err := r.apiReader.Get(ctx, client.ObjectKey{Name: c.Node}, &n); err != nil {
+			return fmt.Errorf("reading node %s cordoned for slot %s: %w", c.Node, c.Slot, err)
+		}
+		if n.Spec.Unschedulable && n.Annotations[lease.NodeAnnotationCordonedFor] == lease.CordonMark(g.ID) {
+			return nil
+		}
+	}
+	rec := l.DeepCopy()
+	lease.RecordCordon(rec, !was)
+	if err := r.client.Update(ctx, rec); err != nil {
+		return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
+	}
+	r.writes.wrote(pool, kindLease, rec)
 	return nil
 }
 
