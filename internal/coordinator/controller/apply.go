@@ -225,16 +225,23 @@ func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx contex
 }
 
 // recordEvents records the plan's Events. Every Event is an API write, so
-// routine progress about a node is recorded once: staging on its BootcNode
-// (a download does not touch the Node), everything else (cordon, drain,
-// reboot, revokes) on its Node, with the pool as related object, so
-// `kubectl describe node` tells every disruption and `kubectl bootc-fleet
-// explain`, which reads both, the whole story. A Warning about a node goes
+// a node's routine update is one Event on its Node (amendment 29):
+// `NodeUpdated` (or `RolledBack`) once it is done, with the pool as related
+// object; the steps before it (staged, reboot granted, drained, back) are
+// logged, and said meanwhile by the BootcNode's rollout-state. Other Normal
+// Events about a node (revokes, releases) go on its Node, so `kubectl
+// describe node` tells every update and every grant taken back, and
+// `kubectl bootc-fleet explain`, which reads the Events of the Node and the
+// BootcNode, the whole story. A Warning about a node goes
 // on the Node, the BootcNode and the pool, with the Node as related object
 // there (without it events.k8s.io/v1 would fold the Events of different
 // nodes with the same reason into one series that keeps the first note).
 func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, out plan.Output) {
 	for _, e := range out.Events {
+		if stepOfUpdate(e) {
+			r.log.Info("node update step", "pool", pool.Name, "node", e.Node, "reason", e.Reason, "message", e.Message)
+			continue
+		}
 		if bn := w.bootcNodes[e.BootcNode]; e.BootcNode != "" && bn != nil && bn.UID != "" {
 			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
 			continue
@@ -248,22 +255,27 @@ func (r *poolReconciler) recordEvents(pool *fleetv1.BootcNodePool, w *observed, 
 		node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 		bn := w.bootcNodes[e.Node]
 		onBootcNode := bn != nil && bn.UID != "" && bn.Spec.Pool == pool.Name
-		warning := e.Type != corev1.EventTypeNormal
-		if warning {
+		r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+		if e.Type != corev1.EventTypeNormal {
 			r.recorder.Eventf(pool, node, e.Type, e.Reason, "Reconcile", "%s", e.Message)
-		}
-		if !onBootcNode || !stagingProgress(e) {
-			r.recorder.Eventf(node, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
-		}
-		if onBootcNode && (warning || stagingProgress(e)) {
-			r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			if onBootcNode {
+				r.recorder.Eventf(bn, pool, e.Type, e.Reason, "Reconcile", "%s", e.Message)
+			}
 		}
 	}
 }
 
-// stagingProgress: a Normal Event about a node's download (amendment 16).
-func stagingProgress(e plan.Event) bool {
-	return e.Type == corev1.EventTypeNormal && e.Reason == fleetv1.EventStaged
+// stepOfUpdate: a Normal Event about a step of a node's routine update
+// before it is done, logged instead of recorded (amendment 29).
+func stepOfUpdate(e plan.Event) bool {
+	if e.Type != corev1.EventTypeNormal || e.Node == "" {
+		return false
+	}
+	switch e.Reason {
+	case fleetv1.EventStaged, fleetv1.EventRebootGranted, fleetv1.EventDrained, fleetv1.EventNodeBack:
+		return true
+	}
+	return false
 }
 
 // applySlot makes one slot's changes of the pass on read with one Update and
@@ -345,9 +357,10 @@ func (r *poolReconciler) slotChanged(log logr.Logger, pool string, c plan.SlotCh
 }
 
 // cordon cordons the node of the Draining grant l, marking the Node with the
-// grant in the same update, records on the grant that the cordon is ours
-// when this call made it (amendment 21), and starts its drain: an admin's
-// cordon made a moment before the grant stays the admin's.
+// grant in the same update, records on the grant whose cordon it is (at
+// once when it is someone else's, amendment 21; with the advance to phase
+// Reboot when this call made it, amendment 29), and starts its drain: an
+// admin's cordon made a moment before the grant stays the admin's.
 func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool string, w *observed, l *coordinationv1.Lease, c plan.SlotChange) error {
 	g, err := lease.Parse(l)
 	if err != nil {
@@ -364,23 +377,50 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	if was {
 		log.Info("node was cordoned already, not by this cordon call; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
 	}
-	// Record the call's answer on the grant at once (amendments 21, 23):
-	// from then on only this record says whose cordon it is, and a mark
-	// copied onto the Node counts for nothing. Stopped before it, the grant
-	// still says pending, and the mark written in the cordon's own update
-	// says the cordon is ours.
-	pending := g.Cordon == lease.CordonPending
-	if (was && pending) || (!was && node != nil) {
-		rec := l.DeepCopy()
-		lease.RecordCordon(rec, !was)
-		if err := r.client.Update(ctx, rec); err != nil {
-			return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
-		}
-		r.writes.wrote(pool, kindLease, rec)
+	// Someone else's cordon is recorded on the grant at once (amendments
+	// 21, 23): from then on only this record says whose cordon it is, and
+	// a mark copied onto the Node counts for nothing. A cordon this call
+	// made on a grant that says pending is recorded by the advance to
+	// phase Reboot, one Lease write less (amendment 29): until then the
+	// grant's own mark, written in the cordon's update, says it is ours, as
+	// it does for a coordinator stopped before the record. A grant that
+	// records someone else's cordon and is cordoned again by us says so now.
+	if err := r.recordCordon(ctx, pool, l, g, c, was, node != nil); err != nil {
+		return err
 	}
 	if c.DrainTimeout > 0 && r.drains.startOnce(pool, c.Node, g.ID, c.DrainTimeout) {
 		log.V(1).Info("drain started", "node", c.Node, "grant", g.ID.String(), "timeout", c.DrainTimeout.String())
 	}
+	return nil
+}
+
+// recordCordon records on grant l the answer of its cordon call when it is
+// someone else's cordon (was), or ours on a grant that recorded another
+// answer; ours on a pending grant waits for the advance (amendment 29). A
+// Node found cordoned already on a pending grant is read afresh: cordoned
+// with this very grant's mark, the cordon is ours, made by an earlier call
+// whose answer this pass did not see (another pass, another coordinator
+// during a failover), and stays pending, as amendment 23 reads it.
+func (r *poolReconciler) recordCordon(ctx context.Context, pool string, l *coordinationv1.Lease, g lease.Grant, c plan.SlotChange, was, wrote bool) error {
+	pending := g.Cordon == lease.CordonPending
+	if !(was && pending) && !(!was && wrote && !pending) {
+		return nil
+	}
+	if was {
+		var n corev1.Node
+		if err := r.apiReader.Get(ctx, client.ObjectKey{Name: c.Node}, &n); err != nil {
+			return fmt.Errorf("reading node %s cordoned for slot %s: %w", c.Node, c.Slot, err)
+		}
+		if n.Spec.Unschedulable && n.Annotations[lease.NodeAnnotationCordonedFor] == lease.CordonMark(g.ID) {
+			return nil
+		}
+	}
+	rec := l.DeepCopy()
+	lease.RecordCordon(rec, !was)
+	if err := r.client.Update(ctx, rec); err != nil {
+		return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
+	}
+	r.writes.wrote(pool, kindLease, rec)
 	return nil
 }
 

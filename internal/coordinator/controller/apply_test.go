@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
 
@@ -45,5 +46,32 @@ func TestSlotRounds(t *testing.T) {
 	}
 	if got[0][0][0].Slot != s0 || got[1][0][0].Slot != r0 || got[2][0][0].Slot != s1 {
 		t.Fatalf("rounds in the wrong slots: %+v", got)
+	}
+}
+
+// A node's routine update is one Event, NodeUpdated; its steps before that
+// are logged, and anything else about the node is still an Event
+// (amendment 29).
+func TestOnlyTheEndOfARoutineUpdateIsAnEvent(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		e    plan.Event
+		step bool
+	}{
+		{"staged", plan.Event{Type: "Normal", Reason: fleetv1.EventStaged, Node: "n"}, true},
+		{"reboot granted", plan.Event{Type: "Normal", Reason: fleetv1.EventRebootGranted, Node: "n"}, true},
+		{"drained", plan.Event{Type: "Normal", Reason: fleetv1.EventDrained, Node: "n"}, true},
+		{"back, waiting out minReadySeconds", plan.Event{Type: "Normal", Reason: fleetv1.EventNodeBack, Node: "n"}, true},
+		{"updated is the update's Event", plan.Event{Type: "Normal", Reason: fleetv1.EventNodeUpdated, Node: "n"}, false},
+		{"rolled back is the update's Event", plan.Event{Type: "Normal", Reason: fleetv1.EventRolledBack, Node: "n"}, false},
+		{"a revoke is told", plan.Event{Type: "Normal", Reason: fleetv1.EventGrantRevoked, Node: "n"}, false},
+		{"a warning is told", plan.Event{Type: "Warning", Reason: fleetv1.EventDrainFailed, Node: "n"}, false},
+		{"a pool's Event is told", plan.Event{Type: "Normal", Reason: fleetv1.EventRolloutComplete}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := stepOfUpdate(c.e); got != c.step {
+				t.Fatalf("stepOfUpdate(%+v) = %v, want %v", c.e, got, c.step)
+			}
+		})
 	}
 }

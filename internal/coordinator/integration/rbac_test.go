@@ -100,12 +100,11 @@ func TestRolloutUnderPackagedRBAC(t *testing.T) {
 				}
 			}
 			onBN := objectEvents(t, "BootcNode", node)
-			// The Node has every cordon, drain and reboot; staging progress
-			// is the BootcNode's alone. Each routine Event is recorded once
-			// (amendments 16 and 17).
-			return got[fleetv1.EventRebootGranted] > 0 && got[fleetv1.EventDrained] > 0 && got[fleetv1.EventNodeUpdated] > 0 &&
-					got[fleetv1.EventStaged] == 0 && onBN[fleetv1.EventStaged] > 0 &&
-					onBN[fleetv1.EventRebootGranted] == 0 && onBN[fleetv1.EventDrained] == 0 && onBN[fleetv1.EventNodeUpdated] == 0,
+			// A node's routine update is one Event, on its Node, once it
+			// is done; its steps are not Events of their own (amendment 29).
+			steps := got[fleetv1.EventStaged] + got[fleetv1.EventRebootGranted] + got[fleetv1.EventDrained] + got[fleetv1.EventNodeBack] +
+				onBN[fleetv1.EventStaged] + onBN[fleetv1.EventRebootGranted] + onBN[fleetv1.EventDrained] + onBN[fleetv1.EventNodeBack]
+			return got[fleetv1.EventNodeUpdated] == 1 && onBN[fleetv1.EventNodeUpdated] == 0 && steps == 0,
 				fmt.Sprint(got, onBN, pe)
 		})
 	}

@@ -144,8 +144,23 @@ func TestDrainBlockedByPDBNeverReboots(t *testing.T) {
 		t.Fatalf("node %s rebooted with an undrained pod", blocked)
 	}
 	for _, l := range f.leases(ctx) {
-		if g, err := lease.Parse(&l); err == nil && g.Holder == blocked && g.Kind == lease.KindReboot && g.Phase != lease.PhaseDraining {
+		g, err := lease.Parse(&l)
+		if err != nil || g.Holder != blocked || g.Kind != lease.KindReboot {
+			continue
+		}
+		if g.Phase != lease.PhaseDraining {
 			t.Fatalf("grant advanced to %s without a drain", g.Phase)
+		}
+		// The cordon the coordinator made is recorded by the advance;
+		// until then the grant says pending and the Node carries the
+		// grant's mark, written in the cordon's own update (amendment 29).
+		var n corev1.Node
+		if err := env.Client.Get(ctx, clientKey("", blocked), &n); err != nil {
+			t.Fatal(err)
+		}
+		if g.Cordon != lease.CordonPending || !n.Spec.Unschedulable || n.Annotations[lease.NodeAnnotationCordonedFor] != lease.CordonMark(g.ID) {
+			t.Fatalf("draining grant records cordon %q, Node unschedulable %v with mark %q, want pending, true, %q",
+				g.Cordon, n.Spec.Unschedulable, n.Annotations[lease.NodeAnnotationCordonedFor], lease.CordonMark(g.ID))
 		}
 	}
 	// Once the PDB is gone the drain completes and the rollout finishes.
@@ -153,6 +168,19 @@ func TestDrainBlockedByPDBNeverReboots(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.allOn(t, v1, 180*time.Second)
+	// Every cordon was the coordinator's, and is lifted.
+	eventually(t, 60*time.Second, "every node uncordoned", func() (bool, string) {
+		var nodes corev1.NodeList
+		if err := env.Client.List(ctx, &nodes); err != nil {
+			return false, err.Error()
+		}
+		for _, n := range nodes.Items {
+			if strings.HasPrefix(n.Name, "pdb-") && n.Spec.Unschedulable {
+				return false, n.Name + " is still cordoned"
+			}
+		}
+		return true, ""
+	})
 	cancel()
 	f.assertBudgetHeld(t)
 	f.assertRebootsEach(t, 1)

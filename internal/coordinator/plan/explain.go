@@ -14,8 +14,10 @@ import (
 // (amendment 15). Nothing in it changes with the clock or a queue position,
 // so it is rewritten when the node moves or its cause changes, not on every
 // pass; `kubectl bootc-fleet explain` adds the live part (holders, how long,
-// place in the queue).
-func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason string) {
+// place in the queue). settingTarget says this plan writes the node's
+// target as its desired image: the state is then what it is once that is
+// written, in the same patch (amendment 29), not "being set".
+func (p *planner) explain(name string, holds map[string][]*Slot, settingTarget bool) (state, reason string) {
 	n := p.nodes[name]
 	st := p.fresh(n)
 	tgt, hasTarget := p.targetOf(name)
@@ -49,7 +51,7 @@ func (p *planner) explain(name string, holds map[string][]*Slot) (state, reason 
 		return fleetv1.RolloutUnknown, "no report from its agent in the node's current boot yet"
 	case st.Phase == fleetv1.PhaseDegraded:
 		return fleetv1.RolloutDegraded, text.Truncate(fmt.Sprintf("its agent reports %s: %s", orUnknown(st.Reason), st.Message), fleetv1.MaxRolloutReason)
-	case !p.desiredIsTarget(name):
+	case !p.desiredIsTarget(name) && !settingTarget:
 		return fleetv1.RolloutUnknown, "its desired image is being set"
 	case p.stagedForReboot(st, tgt) && st.Staged.DownloadOnly:
 		return p.waitingForReboot(n)

@@ -121,3 +121,33 @@ func TestEveryNodeSaysWhy(t *testing.T) {
 		})
 	}
 }
+
+// A new target is written to each BootcNode in the same patch as the state
+// it leads to, not with "its desired image is being set" and a second
+// patch once the cache shows it (amendment 29).
+func TestSpecChangeCarriesTheStateItLeadsTo(t *testing.T) {
+	w := settled(3, 1, 1)
+	w.step() // node-00 is granted the only stage slot
+	w.target = imgV2
+	out := w.step()
+	if len(out.UpdateBootcNodes) != 3 {
+		t.Fatalf("BootcNode writes %+v, want the new target for all three", out.UpdateBootcNodes)
+	}
+	// node-00's stage slot is handed on for v2 in the same pass; the
+	// others wait for it.
+	for _, c := range out.UpdateBootcNodes {
+		want := fleetv1.RolloutWaitingForStageSlot
+		if c.Name == "node-00" {
+			want = fleetv1.RolloutStaging
+		}
+		if c.Spec.DesiredImage != imgV2.String() || c.RolloutState != want {
+			t.Errorf("%s: desired %s, rollout %s (%s); want %s, %s", c.Name, c.Spec.DesiredImage, c.RolloutState, c.RolloutReason, imgV2, want)
+		}
+	}
+	// Once the cache shows the patch, a node that still waits is not
+	// written again.
+	out = w.step()
+	if len(out.UpdateBootcNodes) != 0 {
+		t.Errorf("BootcNodes written again with the state their spec patch carried: %+v", out.UpdateBootcNodes)
+	}
+}

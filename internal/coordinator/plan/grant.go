@@ -106,7 +106,7 @@ func (p *planner) grant(slots []Slot) {
 		n := p.nodes[name]
 		st := p.fresh(n)
 		tgt, ok := p.targetOf(name)
-		if !ok || granted[name] || stillStaging[name] || p.staging.lapsed[name] || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredIsTarget(name) {
+		if !ok || granted[name] || stillStaging[name] || p.staging.lapsed[name] || p.conflicted(n) || n.Held || len(holds[name]) > 0 || !n.Ready || st == nil || !p.desiredWillBeTarget(name) {
 			continue
 		}
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.stagedForReboot(st, tgt) {
@@ -255,6 +255,21 @@ func (p *planner) desiredIsTarget(name string) bool {
 	bn := p.bns[name]
 	tgt, ok := p.targetOf(name)
 	return ok && bn != nil && bn.Spec.DesiredImage == tgt.String()
+}
+
+// desiredWillBeTarget: the node's BootcNode asks for its target once this
+// pass's writes are made: it does already, or membership writes it so in
+// this pass (the same rules: the pool's own BootcNode, a target for the
+// node's platform, nothing quarantined). A stage grant may go out with that
+// write (amendment 29): the agent uses a grant only for the image its
+// BootcNode asks for, so until the patch lands the grant is not valid for it.
+func (p *planner) desiredWillBeTarget(name string) bool {
+	if p.desiredIsTarget(name) {
+		return true
+	}
+	bn := p.bns[name]
+	_, ok := p.targetOf(name)
+	return ok && bn != nil && bn.Spec.Pool == p.pool && !p.quarantined()
 }
 
 // isTarget: img is node name's target.

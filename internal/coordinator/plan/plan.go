@@ -396,7 +396,8 @@ func (p *planner) membership() {
 			continue // still another pool's; that pool removes it once the node left it
 		}
 		c := BootcNodeChange{Name: name, Spec: spec, NoPlatformImage: p.noPlatformImage(name, bn)}
-		c.RolloutState, c.RolloutReason = p.explain(name, holds)
+		tgt, hasTarget := p.targetOf(name)
+		c.RolloutState, c.RolloutReason = p.explain(name, holds, hasTarget && desired == tgt.String())
 		switch {
 		case bn == nil:
 			p.out.CreateBootcNodes = append(p.out.CreateBootcNodes, c)

@@ -360,11 +360,24 @@ func (p *planner) onStaging(h heldSlot) {
 
 // stageAlive releases a stage grant whose holder the coordinator saw no
 // report of listing it for a lease duration (Staging -> Free, Expired), or
-// asks to be woken then. Alive from the grant (the coordinator's own write)
-// or from the last heartbeat that listed it, as the coordinator saw it.
+// asks to be woken then. Alive from the grant (the coordinator's own write),
+// from when it saw the holder's BootcNode ask for the grant's image, or from
+// the last heartbeat that listed it, as the coordinator saw it.
 func (p *planner) stageAlive(h heldSlot, claimed bool) {
 	n, g := h.n, h.Grant
+	// A grant given with the node's new target (amendment 29) is its
+	// agent's to list only once its BootcNode asks for that image: until
+	// this coordinator's own patch shows, nothing is late, and from then
+	// the lease duration runs from when this coordinator first saw it.
+	// stageDeadline still bounds the grant.
+	bn := p.bns[n.Name]
+	if bn == nil || bn.Spec.DesiredImage != g.Image.String() {
+		return
+	}
 	alive := g.Acquired
+	if seen := p.in.Heartbeats[n.Name].SpecSeen; seen.After(alive) {
+		alive = seen
+	}
 	if hb := p.in.Heartbeats[n.Name].Seen; claimed && hb.After(alive) {
 		alive = hb
 	}

@@ -149,12 +149,12 @@ func TestCordonOwnershipComesFromTheCordonCall(t *testing.T) {
 			t.Fatalf("release %+v lifted the admin's cordon (unschedulable now %v)", rel, w.nodes["node-00"].Unschedulable)
 		}
 	})
-	t.Run("our cordon, recorded right after the cordon call, survives a restart mid-drain", func(t *testing.T) {
+	t.Run("our cordon, pending with the grant's mark until the advance records it, survives a restart mid-drain", func(t *testing.T) {
 		w := stagedWorld(2, 1)
 		w.step()
 		s, _ := w.grantOf("node-00", lease.KindReboot)
-		if !s.CordonedByUs || w.nodes["node-00"].CordonedFor != lease.CordonMark(s.Grant.ID) {
-			t.Fatalf("after the grant: recorded %v, Node mark %q", s.CordonedByUs, w.nodes["node-00"].CordonedFor)
+		if !s.CordonPending || !w.cordonedByUs("node-00") || w.nodes["node-00"].CordonedFor != lease.CordonMark(s.Grant.ID) {
+			t.Fatalf("after the grant: recorded %v, pending %v, Node mark %q", s.CordonedByUs, s.CordonPending, w.nodes["node-00"].CordonedFor)
 		}
 		// The coordinator stops mid-drain: the next one drains again, and
 		// the advance keeps the record.
@@ -264,4 +264,36 @@ func TestQuietAgentsAreNamedOnThePool(t *testing.T) {
 			t.Fatalf("AgentsReporting = %+v", cond)
 		}
 	})
+}
+
+// A stage grant that goes out with the node's new target (amendment 29)
+// does not expire while the coordinator's own patch of the BootcNode has
+// not landed (the agent has nothing to list it for yet), and its lease
+// duration runs from when the coordinator first saw the BootcNode ask for
+// the grant's image: a BootcNode writer hours behind at 5,000 nodes does
+// not turn every early grant into an expiry.
+func TestEarlyStageGrantWaitsForItsBootcNode(t *testing.T) {
+	w := settled(2, 1, 1)
+	w.target = imgV2
+	w.step()
+	s, ok := w.grantOf("node-00", lease.KindStage)
+	if !ok || s.Grant.Image != imgV2 {
+		t.Fatalf("no stage grant for v2 in the pass that set the target: %+v", s)
+	}
+	// The BootcNode patch has not landed: it still asks for v1.
+	w.bns["node-00"].Spec.DesiredImage = imgV1.String()
+	w.now = w.now.Add(3 * time.Minute)
+	if rel := changes(w.plan(), OpRelease, lease.KindStage); len(rel) != 0 {
+		t.Fatalf("stage grant expired before its holder's BootcNode asked for its image: %+v", rel)
+	}
+	// It lands now: the lease duration runs from here.
+	w.bns["node-00"].Spec.DesiredImage = imgV2.String()
+	w.hb["node-00"] = Heartbeat{SpecSeen: w.now}
+	if rel := changes(w.plan(), OpRelease, lease.KindStage); len(rel) != 0 {
+		t.Fatalf("stage grant expired the moment its holder's BootcNode asked for its image: %+v", rel)
+	}
+	w.now = w.now.Add(61 * time.Second)
+	if rel := changes(w.plan(), OpRelease, lease.KindStage); len(rel) != 1 || rel[0].Why != WhyExpired {
+		t.Fatalf("no report listing the grant for a lease duration after the BootcNode asked: %+v, want it expired", rel)
+	}
 }

@@ -255,12 +255,16 @@ func (w *world) apply(out Output) {
 			if err != nil || n == nil {
 				continue
 			}
-			// The cordon call's answer is recorded on the grant.
+			// The cordon call's answer is recorded on the grant: someone
+			// else's cordon at once; a cordon the call made on a grant
+			// that says pending by the advance to Reboot, the grant's mark
+			// saying it until then (amendment 29).
 			made := !n.Unschedulable
 			if made {
 				n.Unschedulable, n.CordonedFor = true, lease.CordonMark(g.ID)
 			}
-			if made || g.Cordon == lease.CordonPending {
+			pending := g.Cordon == lease.CordonPending
+			if (made && !pending) || (!made && pending) {
 				lease.RecordCordon(l, made)
 			}
 			if d, ok := w.drains[c.Node]; !ok || d.Grant != g.ID {
@@ -311,7 +315,7 @@ func (w *world) apply(out Output) {
 func (w *world) cordonedByUs(node string) bool {
 	s, held := w.grantOf(node, lease.KindReboot)
 	n := w.nodes[node]
-	return held && s.CordonedByUs && n != nil
+	return held && n != nil && cordonIsOurs(s, *n)
 }
 
 // step plans once and applies the result.
