@@ -48,7 +48,8 @@ const (
 // (default "real,light" at 100 nodes, "light" above: in-process real agents
 // at 1,000+ would make the harness the load; see LightAgent). Runs:
 // BENCH_RUNS (default 1), each on a new API server; after them, one table
-// per size and agents with every run's figures and their median. Each
+// per size and agents with every run's figures and their median. Clocks:
+// BENCH_CLOCKS, "created", "changed" or both (the default). Each
 // combination is a sub-benchmark, so -bench 'RolloutBound/N=100/agents=real'
 // picks one.
 func BenchmarkRolloutBound(b *testing.B) {
@@ -110,7 +111,7 @@ func BenchmarkRolloutBound(b *testing.B) {
 }
 
 // rolloutBound runs once: a pool created on an image its nodes do not run,
-// then, settled, changed to another.
+// then, settled, changed to another (BENCH_CLOCKS may leave either out).
 func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) []boundFigure {
 	f := Start(b, Options{
 		CoordinatorBinary: coordinator,
@@ -136,18 +137,38 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) []boun
 		b.Fatal(err)
 	}
 	r := boundRun{b: b, f: f, p: p, n: n, m: m, light: light}
-	created := r.phase(ctx, "from the pool's creation", v2, func() error { p.Create("v2", opts); return nil })
-	setup = time.Now()
-	// Every 2 s, not waitFor's 100 ms: each look lists every BootcNode and
-	// slot, megabytes at 5,000 nodes.
-	for deadline := time.Now().Add(30 * time.Minute); !settled(ctx, f, p, v2, min(n, plan.MaxSlots)+min(m, plan.MaxSlots)); time.Sleep(2 * time.Second) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the pool on v2 did not settle")
-		}
+	// BENCH_CLOCKS picks the clocks (default both); without the creation
+	// clock the pool is created, untimed, on the image its nodes run.
+	clocks := os.Getenv("BENCH_CLOCKS")
+	timeCreation, timeChange := clocks == "" || strings.Contains(clocks, "created"), clocks == "" || strings.Contains(clocks, "changed")
+	if !timeCreation && !timeChange {
+		b.Fatalf("BENCH_CLOCKS=%q: want created, changed or both", clocks)
 	}
-	fmt.Fprintf(os.Stderr, "rollout bound: pool settled on v2 in %s\n", time.Since(setup).Round(time.Second))
-	changed := r.phase(ctx, "from the image change on a settled pool", v3, func() error { return p.SetImage("v3") })
-	if v := p.Check(v3, invariant.Pool{MaxUnavailable: m, MaxStaging: n, HaltAfter: 1}); len(v) > 0 {
+	var created, changed boundPhase
+	settledOn, tag := v2, "v2"
+	if timeCreation {
+		created = r.phase(ctx, "from the pool's creation", v2, func() error { p.Create("v2", opts); return nil })
+	} else {
+		settledOn, tag = p.Repo+"@"+p.Nodes[0].Machine.State().Booted.Digest, "v1"
+		p.Create("v1", opts)
+	}
+	if timeChange {
+		setup = time.Now()
+		// Every 2 s, not waitFor's 100 ms: each look lists every BootcNode
+		// and slot, megabytes at 5,000 nodes.
+		for deadline := time.Now().Add(30 * time.Minute); !settled(ctx, f, p, settledOn, min(n, plan.MaxSlots)+min(m, plan.MaxSlots)); time.Sleep(2 * time.Second) {
+			if time.Now().After(deadline) {
+				b.Fatalf("the pool on %s did not settle", tag)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "rollout bound: pool settled on %s in %s\n", tag, time.Since(setup).Round(time.Second))
+		changed = r.phase(ctx, "from the image change on a settled pool", v3, func() error { return p.SetImage("v3") })
+	}
+	final := v3
+	if !timeChange {
+		final = v2
+	}
+	if v := p.Check(final, invariant.Pool{MaxUnavailable: m, MaxStaging: n, HaltAfter: 1}); len(v) > 0 {
 		b.Fatalf("%d violations, first: %s", len(v), v[0])
 	}
 	return r.figures(created, changed)

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -25,6 +26,7 @@ type boundRun struct {
 
 // boundPhase is what one rollout of a run measured.
 type boundPhase struct {
+	ran                      bool // false: a clock BENCH_CLOCKS left out
 	makespan, lb, firstGrant time.Duration
 	timing                   Timing
 	// Per node update: every request the API server served, the product's
@@ -78,7 +80,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	reads1, writes1 := LightAgentRequests()
 	gets, puts, lists := gets1-gets0, puts1-puts0, lists1-lists0
 	t := ExtractTiming(eventsSince(p.Events(), began), p.Name, began)
-	ph := boundPhase{
+	ph := boundPhase{ran: true,
 		makespan: t.Makespan(), lb: LowerBound(boundStage, boundReboot, n, r.m), firstGrant: t.FirstGrant.Sub(began), timing: t,
 		agentReads: float64(reads1-reads0) / float64(n), agentWrites: float64(writes1-writes0) / float64(n),
 		coordCPU: use1.CPU - use0.CPU, selfCPU: self1.CPU - self0.CPU, coordPeakAnon: max(peakAnon(), use1.RSSAnon),
@@ -134,7 +136,7 @@ func (r *boundRun) figures(created, changed boundPhase) []boundFigure {
 		{"makespan/LB from the image change", changed.makespan.Seconds() / changed.lb.Seconds(), "%.3f"},
 		{"makespan s from the pool's creation", created.makespan.Seconds(), "%.2f"},
 		{"makespan s from the image change", changed.makespan.Seconds(), "%.2f"},
-		{"LB s", changed.lb.Seconds(), "%.2f"},
+		{"LB s", LowerBound(boundStage, boundReboot, r.n, r.m).Seconds(), "%.2f"},
 		{"creation→first reboot grant s", created.firstGrant.Seconds(), "%.2f"},
 		{"image change→first reboot grant s", changed.firstGrant.Seconds(), "%.2f"},
 	}
@@ -147,8 +149,12 @@ func (r *boundRun) figures(created, changed boundPhase) []boundFigure {
 			boundFigure{"per-wave overhead median ms (" + ph.clock + ")", msf(Quantile(oh, 0.5)), "%.0f"},
 			boundFigure{"per-wave overhead p95 ms (" + ph.clock + ")", msf(Quantile(oh, 0.95)), "%.0f"})
 	}
+	hops := changed
+	if !changed.ran {
+		hops = created
+	}
 	for _, h := range HopOrder {
-		ds := changed.timing.Hops[h]
+		ds := hops.timing.Hops[h]
 		out = append(out, boundFigure{"  " + h + " median ms", msf(Quantile(ds, 0.5)), "%.0f"},
 			boundFigure{"  " + h + " p95 ms", msf(Quantile(ds, 0.95)), "%.0f"})
 	}
@@ -167,6 +173,11 @@ func (r *boundRun) figures(created, changed boundPhase) []boundFigure {
 				boundFigure{"light agents' writes per node update (" + ph.clock + ")", ph.p.agentWrites, "%.2f"})
 		}
 	}
+	for i := range out {
+		if (!created.ran && strings.Contains(out[i].name, "creation")) || (!changed.ran && strings.Contains(out[i].name, "change")) {
+			out[i].value = math.NaN()
+		}
+	}
 	return append(out,
 		boundFigure{"coordinator peak RSS MiB (whole run)", mib(coord.PeakRSS), "%.1f"},
 		boundFigure{"coordinator peak anonymous RSS MiB (rollouts)", mib(max(created.coordPeakAnon, changed.coordPeakAnon)), "%.1f"},
@@ -180,6 +191,14 @@ type boundFigure struct {
 	format string
 }
 
+// text renders v as f's figures are, "-" for none.
+func (f boundFigure) text(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf(f.format, v)
+}
+
 // boundTable collects the runs of one size and kind of agents.
 type boundTable struct{ runs [][]boundFigure }
 
@@ -189,7 +208,12 @@ func (t *boundTable) add(run []boundFigure) { t.runs = append(t.runs, run) }
 func (t *boundTable) median(i int) float64 {
 	vs := make([]float64, 0, len(t.runs))
 	for _, r := range t.runs {
-		vs = append(vs, r[i].value)
+		if !math.IsNaN(r[i].value) {
+			vs = append(vs, r[i].value)
+		}
+	}
+	if len(vs) == 0 {
+		return math.NaN()
 	}
 	sort.Float64s(vs)
 	if len(vs)%2 == 1 {
@@ -214,9 +238,9 @@ func (t *boundTable) String(title string) string {
 	for i, f := range t.runs[0] {
 		fmt.Fprintf(&b, "  %-58s", f.name)
 		for _, r := range t.runs {
-			fmt.Fprintf(&b, " %9s", fmt.Sprintf(r[i].format, r[i].value))
+			fmt.Fprintf(&b, " %9s", r[i].text(r[i].value))
 		}
-		fmt.Fprintf(&b, " %9s\n", fmt.Sprintf(f.format, t.median(i)))
+		fmt.Fprintf(&b, " %9s\n", f.text(t.median(i)))
 	}
 	return b.String()
 }
@@ -238,7 +262,7 @@ func (t *boundTable) report(b *testing.B) {
 		return
 	}
 	for i, f := range t.runs[0] {
-		if u, ok := units[f.name]; ok {
+		if u, ok := units[f.name]; ok && !math.IsNaN(t.median(i)) {
 			b.ReportMetric(t.median(i), u)
 		}
 	}
