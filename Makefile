@@ -100,8 +100,8 @@ bench: ## Benchmarks: parsers, decision, planner, resolver, agent idle cost, fle
 	  ./api/... ./internal/... ./tests/fleet/...
 
 .PHONY: bench-bound
-bench-bound: ## Rollout vs its lower bound: BENCH_NODES=100 (1000,5000 on a quiet machine), BENCH_AGENTS=real,light, BENCH_FILTER.
-	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 BENCH_NODES="$${BENCH_NODES:-100}" \
+bench-bound: ## Rollout vs its lower bound, from the pool's creation and from an image change: BENCH_NODES=100 (1000,5000 on a quiet machine), BENCH_AGENTS=real,light, BENCH_RUNS=1 (5: the median of 5), BENCH_FILTER.
+	KUBEBUILDER_ASSETS="$(KUBEBUILDER_ASSETS)" BOOTC_FLEET_REQUIRE_ENVTEST=1 BENCH_NODES="$${BENCH_NODES:-100}" BENCH_RUNS="$${BENCH_RUNS:-1}" \
 	  $(GO) test -count=1 -run '^$$' -bench '^BenchmarkRolloutBound$$'"$${BENCH_FILTER:-}" -benchtime 1x -timeout 120m ./tests/fleet/
 
 .PHONY: fuzz

@@ -164,8 +164,12 @@ func setMaps(l *coordinationv1.Lease) {
 // RFC 3339 in UTC with nanoseconds (what parseTime reads back exactly).
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// parseTime reads a time annotation; anything unreadable is zero.
+// parseTime reads a time annotation; anything unreadable is zero. Most
+// are absent: time.Parse would allocate an error for each, on every pass.
 func parseTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
 	t, _ := time.Parse(time.RFC3339Nano, s)
 	return t
 }

@@ -31,20 +31,25 @@ const (
 // BenchmarkRolloutBound rolls an image over N nodes with maxUnavailable
 // N/10 against a real API server and the real coordinator binary (a child
 // process at its production defaults), and prints what users feel next to
-// the lower bound LB = S + ceil(N/M)·R: the makespan of a rollout on an
-// existing pool (the pool's image change to every node booted on the
-// target and every reboot slot released; the pool is created first on the
-// image its nodes run, and settles: BootcNodes and slots exist, every agent
-// reported), the
-// breakdown of each reboot slot's cycle (median and p95 of each hop), the
-// API requests per node update from the API server's own metrics (the
-// product's writes apart from the harness's), and the coordinator's CPU
-// seconds and peak RSS.
+// the lower bound LB = S + ceil(N/M)·R, on two clocks: from the pool's
+// creation (the pool is created on an image its nodes do not run: the clock
+// a user starts when they apply a new pool) to every node booted on it and
+// every reboot slot released; then, once the pool settled (BootcNodes and
+// slots exist, every agent reported), from an image change on it to the
+// same. For each it prints the breakdown of each reboot slot's cycle
+// (median and p95 of each hop, and the overhead: the cycle less R), the API
+// requests per node update by verb and resource from the API server's own
+// metrics (the product's writes apart from the harness's, the light
+// agents' own counted as they leave), the coordinator's CPU seconds and
+// peak RSS, and the test process's (light agents and harness).
 //
 // Sizes: BENCH_NODES, a comma-separated list (default "100"; 1000 and 5000
 // are for a quiet machine). Agents: BENCH_AGENTS, "real", "light" or both
 // (default "real,light" at 100 nodes, "light" above: in-process real agents
-// at 1,000+ would make the harness the load; see LightAgent). Each
+// at 1,000+ would make the harness the load; see LightAgent). Runs:
+// BENCH_RUNS (default 1), each on a new API server; after them, one table
+// per size and agents with every run's figures and their median. Clocks:
+// BENCH_CLOCKS, "created", "changed" or both (the default). Each
 // combination is a sub-benchmark, so -bench 'RolloutBound/N=100/agents=real'
 // picks one.
 func BenchmarkRolloutBound(b *testing.B) {
@@ -65,6 +70,14 @@ func BenchmarkRolloutBound(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
+	runs := 1
+	if v := os.Getenv("BENCH_RUNS"); v != "" {
+		r, err := strconv.Atoi(v)
+		if err != nil || r < 1 || r > 50 {
+			b.Fatalf("BENCH_RUNS=%q: want a count from 1 to 50", v)
+		}
+		runs = r
+	}
 	bin, err := sim.BuildProcBinaries(context.Background(), filepath.Join(b.TempDir(), "bin"))
 	if err != nil {
 		b.Fatal(err)
@@ -79,19 +92,27 @@ func BenchmarkRolloutBound(b *testing.B) {
 		}
 		for _, kind := range kinds {
 			b.Run(fmt.Sprintf("N=%d/agents=%s", n, kind), func(b *testing.B) {
-				// One op is one whole run, timed: with the timer stopped,
+				// One op is all the runs, timed: with the timer stopped,
 				// b.Loop saw microseconds per op and ran it again and again
 				// under make bench's -benchtime 1s. A run takes a minute, so
 				// it runs once at any -benchtime up to that.
 				for b.Loop() {
-					rolloutBound(b, n, max(1, n/10), kind == "light", bin.Coordinator)
+					var table boundTable
+					for i := range runs {
+						fmt.Fprintf(os.Stderr, "rollout bound: N=%d agents=%s, run %d of %d\n", n, kind, i+1, runs)
+						table.add(rolloutBound(b, n, max(1, n/10), kind == "light", bin.Coordinator))
+					}
+					fmt.Fprint(os.Stderr, table.String(fmt.Sprintf("N=%d M=%d S=%s R=%s, %s agents", n, max(1, n/10), boundStage, boundReboot, kind)))
+					table.report(b)
 				}
 			})
 		}
 	}
 }
 
-func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
+// rolloutBound runs once: a pool created on an image its nodes do not run,
+// then, settled, changed to another (BENCH_CLOCKS may leave either out).
+func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) []boundFigure {
 	f := Start(b, Options{
 		CoordinatorBinary: coordinator,
 		LightAgents:       light,
@@ -110,106 +131,47 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) {
 	setup := time.Now()
 	p := f.AddPool("bench", opts)
 	fmt.Fprintf(os.Stderr, "rollout bound: %d nodes set up in %s\n", n, time.Since(setup).Round(time.Second))
-	v1, v2 := p.Repo+"@"+p.Nodes[0].Machine.State().Booted.Digest, p.Push("v2")
+	v2, v3 := p.Push("v2"), p.Push("v3")
 	ctx := context.Background()
 	if err := f.WaitCoordinatorWorking(2 * time.Minute); err != nil {
 		b.Fatal(err)
 	}
-	setup = time.Now()
-	p.Create("v1", opts)
-	// Every 2 s, not waitFor's 100 ms: each look lists every BootcNode and
-	// slot, megabytes at 5,000 nodes.
-	for deadline := time.Now().Add(30 * time.Minute); !settled(ctx, f, p, v1, min(n, plan.MaxSlots)+min(m, plan.MaxSlots)); time.Sleep(2 * time.Second) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the pool on v1 did not settle")
+	r := boundRun{b: b, f: f, p: p, n: n, m: m, light: light}
+	// BENCH_CLOCKS picks the clocks (default both); without the creation
+	// clock the pool is created, untimed, on the image its nodes run.
+	clocks := os.Getenv("BENCH_CLOCKS")
+	timeCreation, timeChange := clocks == "" || strings.Contains(clocks, "created"), clocks == "" || strings.Contains(clocks, "changed")
+	if !timeCreation && !timeChange {
+		b.Fatalf("BENCH_CLOCKS=%q: want created, changed or both", clocks)
+	}
+	var created, changed boundPhase
+	settledOn, tag := v2, "v2"
+	if timeCreation {
+		created = r.phase(ctx, "from the pool's creation", v2, func() error { p.Create("v2", opts); return nil })
+	} else {
+		settledOn, tag = p.Repo+"@"+p.Nodes[0].Machine.State().Booted.Digest, "v1"
+		p.Create("v1", opts)
+	}
+	if timeChange {
+		setup = time.Now()
+		// Every 2 s, not waitFor's 100 ms: each look lists every BootcNode
+		// and slot, megabytes at 5,000 nodes.
+		for deadline := time.Now().Add(30 * time.Minute); !settled(ctx, f, p, settledOn, min(n, plan.MaxSlots)+min(m, plan.MaxSlots)); time.Sleep(2 * time.Second) {
+			if time.Now().After(deadline) {
+				b.Fatalf("the pool on %s did not settle", tag)
+			}
 		}
+		fmt.Fprintf(os.Stderr, "rollout bound: pool settled on %s in %s\n", tag, time.Since(setup).Round(time.Second))
+		changed = r.phase(ctx, "from the image change on a settled pool", v3, func() error { return p.SetImage("v3") })
 	}
-	fmt.Fprintf(os.Stderr, "rollout bound: pool created on v1, settled in %s\n", time.Since(setup).Round(time.Second))
-	pid := f.CoordinatorPID()
-	use0, err := ReadProcUsage(pid)
-	if err != nil {
-		b.Fatal(err)
+	final := v3
+	if !timeChange {
+		final = v2
 	}
-	reqs0, err := f.APIRequests(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gets0, puts0, lists0 := sim.HarnessRequests()
-	sctx, stopStatus := context.WithCancel(ctx)
-	defer stopStatus()
-	status, err := f.WatchStatus(sctx, v2)
-	if err != nil {
-		b.Fatal(err)
-	}
-	created := time.Now()
-	if err := p.SetImage("v2"); err != nil {
-		b.Fatal(err)
-	}
-	stop := progress(p, v2, created, 30*time.Second)
-	peakAnon := samplePeak(pid, time.Second, func(u ProcUsage) int64 { return u.RSSAnon })
-	done := sim.WaitFor(ctx, 30*time.Minute, func() bool {
-		ok, _ := p.Converged(v2)
-		return ok && rebootSlotsFree(ctx, f, p.Name)
-	})
-	stop()
-	wall := time.Since(created)
-	if !done {
-		_, waiting := p.Converged(v2)
-		b.Fatalf("%d nodes did not converge; waiting for %.300s", n, waiting)
-	}
-	use1, err := ReadProcUsage(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	anon := max(peakAnon(), use1.RSSAnon)
-	reqs1, err := f.APIRequests(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	gets, puts, lists := sim.HarnessRequests()
-	gets, puts, lists = gets-gets0, puts-puts0, lists-lists0
-	t := ExtractTiming(p.Events(), p.Name, created)
-	lb := LowerBound(boundStage, boundReboot, n, m)
-	kind := "real agents (in-process)"
-	if light {
-		kind = "light agents"
-	}
-	var w strings.Builder
-	fmt.Fprintf(&w, "rollout bound: N=%d M=%d S=%s R=%s, %s, coordinator binary at production defaults\n", n, m, boundStage, boundReboot, kind)
-	fmt.Fprintf(&w, "  makespan %s, LB %s, makespan/LB %.3f (waited %s until every slot was seen free)\n",
-		ms(t.Makespan()), lb, t.Makespan().Seconds()/lb.Seconds(), ms(wall))
-	w.WriteString(status.Report(created, "desired", string(fleetv1.PhaseWaiting), string(fleetv1.PhaseStaging), string(fleetv1.PhaseStaged)))
-	w.WriteString(t.Report(12))
-	delta := Since(reqs0, reqs1)
-	fmt.Fprintf(&w, "  API requests per node update (API server metrics, everything): %s\n", PerNode(delta, n))
-	writes := int64(0)
-	for _, c := range delta {
-		switch strings.SplitN(c.What, " ", 2)[0] {
-		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
-			writes += c.Count
-		}
-	}
-	// The harness's kubelets write nodes/status (NotReady, Ready) and the
-	// test itself changed the pool's image; everything else written is the
-	// product's.
-	product := writes - puts - 1
-	fmt.Fprintf(&w, "  writes by the product per node update: %.2f (all writes %.2f, minus the harness's kubelets' %.2f nodes/status PUTs and the pool's image change)\n",
-		float64(product)/float64(n), float64(writes)/float64(n), float64(puts)/float64(n))
-	fmt.Fprintf(&w, "  harness reads per node update: %.2f GET nodes (kubelets), %.2f LIST pods (the pod-deletion loop, every 50 ms)\n",
-		float64(gets)/float64(n), float64(lists)/float64(n))
-	fmt.Fprintf(&w, "  coordinator: %.2f CPU s during the rollout (%.2f s since start), peak RSS %.1f MiB, RSS at the end %.1f MiB (%.1f anonymous, %.1f file pages); peak anonymous RSS %.1f MiB (sampled every second)\n",
-		(use1.CPU - use0.CPU).Seconds(), use1.CPU.Seconds(), float64(use1.PeakRSS)/(1<<20), float64(use1.RSS)/(1<<20),
-		float64(use1.RSSAnon)/(1<<20), float64(use1.RSSFile)/(1<<20), float64(anon)/(1<<20))
-	fmt.Fprint(os.Stderr, w.String())
-	if v := p.Check(v2, invariant.Pool{MaxUnavailable: m, MaxStaging: n, HaltAfter: 1}); len(v) > 0 {
+	if v := p.Check(final, invariant.Pool{MaxUnavailable: m, MaxStaging: n, HaltAfter: 1}); len(v) > 0 {
 		b.Fatalf("%d violations, first: %s", len(v), v[0])
 	}
-	b.ReportMetric(float64(anon)/(1<<20), "coord_peak_anon_MiB")
-	b.ReportMetric(t.Makespan().Seconds(), "makespan_s")
-	b.ReportMetric(t.Makespan().Seconds()/lb.Seconds(), "makespan/LB")
-	b.ReportMetric(float64(product)/float64(n), "writes/node")
-	b.ReportMetric((use1.CPU - use0.CPU).Seconds(), "coord_cpu_s")
-	b.ReportMetric(float64(use1.PeakRSS)/(1<<20), "coord_peak_MiB")
+	return r.figures(created, changed)
 }
 
 // settled: the pool's slots exist (slots of them), none is held, and every

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,34 @@ type lightHub struct {
 
 func fleetREST(cfg *rest.Config) (rest.Interface, error) { return fleetv1.NewRESTClient(cfg) }
 
+// The light agents' own requests, counted as they leave (the API server's
+// metrics do not say who asked): reads and writes.
+var lightReads, lightWrites atomic.Int64
+
+// LightAgentRequests returns how many requests the light agents of this
+// process sent so far, reads and writes, their shared informer's apart.
+func LightAgentRequests() (reads, writes int64) { return lightReads.Load(), lightWrites.Load() }
+
+// countRequests is a transport that counts into lightReads and lightWrites.
+type countRequests struct{ next http.RoundTripper }
+
+func (c countRequests) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead:
+		lightReads.Add(1)
+	default:
+		lightWrites.Add(1)
+	}
+	return c.next.RoundTrip(req)
+}
+
+// counted is cfg with its requests counted.
+func counted(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countRequests{rt} })
+	return cfg
+}
+
 // lightHub starts (once) the shared informer.
 func (f *Fleet) lightHub() *lightHub {
 	f.mu.Lock()
@@ -140,12 +169,13 @@ func (h *lightHub) poke(node string) {
 
 // runLight runs n's light agent until ctx ends (a reboot or StopAgent).
 func (n *SimNode) runLight(ctx, hostCtx context.Context, hub *lightHub) {
-	rc, err := fleetREST(n.rest)
+	cfg := counted(n.rest)
+	rc, err := fleetREST(cfg)
 	if err != nil {
 		n.logger.Error("light agent did not start", "err", err)
 		return
 	}
-	cs, err := kubernetes.NewForConfig(n.rest)
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		n.logger.Error("light agent did not start", "err", err)
 		return

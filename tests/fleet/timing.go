@@ -211,6 +211,20 @@ func ExtractTiming(events []invariant.Event, pool string, created time.Time) Tim
 	return t
 }
 
+// Overhead is, for each reboot slot cycle followed by the slot's next
+// grant, the cycle (grant to next grant) less the reboot itself (reboot, the
+// time a node is down): what the control plane adds to each wave. The
+// hops (HopOrder) break it down.
+func (t Timing) Overhead(reboot time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, c := range t.Cycles {
+		if !c.Grant.IsZero() && !c.NextGrant.IsZero() {
+			out = append(out, c.NextGrant.Sub(c.Grant)-reboot)
+		}
+	}
+	return out
+}
+
 // watchSlack: see ExtractTiming.
 const watchSlack = time.Second
 

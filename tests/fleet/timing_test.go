@@ -178,3 +178,19 @@ func TestLowerBoundAndQuantile(t *testing.T) {
 		t.Errorf("empty median %d", got)
 	}
 }
+
+// A wave's overhead is the slot's cycle, grant to the next grant, less the
+// reboot; a cycle no grant follows has none yet.
+func TestOverheadIsTheCycleLessTheReboot(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tm := Timing{Cycles: []Cycle{
+		{Grant: t0, NextGrant: t0.Add(3400 * time.Millisecond)},
+		{Grant: t0.Add(3400 * time.Millisecond), NextGrant: t0.Add(6700 * time.Millisecond)},
+		{Grant: t0.Add(6700 * time.Millisecond)},
+	}}
+	got := tm.Overhead(3 * time.Second)
+	want := []time.Duration{400 * time.Millisecond, 300 * time.Millisecond}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Overhead(3s) = %v, want %v", got, want)
+	}
+}

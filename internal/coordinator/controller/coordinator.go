@@ -27,13 +27,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/drain"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/metrics"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/metricsauth"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/resolve"
 )
 
@@ -373,15 +373,16 @@ func Scheme() *k8sruntime.Scheme {
 
 // metricsOptions serves /metrics plainly, or, with MetricsSecure, over TLS
 // (HTTP/1.1 only: HTTP/2 stream floods, CVE-2023-44487, are not worth
-// serving a scrape endpoint over) behind controller-runtime's
-// authentication and authorization filter.
+// serving a scrape endpoint over) behind a TokenReview and a
+// SubjectAccessReview per caller, as controller-runtime's authentication and
+// authorization filter does (internal/coordinator/metricsauth says why not that filter).
 func metricsOptions(opts Options) metricsserver.Options {
 	mo := metricsserver.Options{BindAddress: opts.MetricsBindAddress}
 	if !opts.MetricsSecure {
 		return mo
 	}
 	mo.SecureServing = true
-	mo.FilterProvider = filters.WithAuthenticationAndAuthorization
+	mo.FilterProvider = metricsauth.Provider
 	mo.CertDir = opts.MetricsCertDir
 	mo.TLSOpts = []func(*tls.Config){func(c *tls.Config) {
 		c.NextProtos = []string{"http/1.1"}

@@ -361,7 +361,8 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 		return nil, fmt.Errorf("listing BootcNodes: %w", err)
 	}
 
-	w := &observed{leases: map[string]*coordinationv1.Lease{}, bootcNodes: map[string]*fleetv1.BootcNode{}, nodeUIDs: map[string]types.UID{},
+	w := &observed{leases: make(map[string]*coordinationv1.Lease, len(leases.Items)),
+		bootcNodes: make(map[string]*fleetv1.BootcNode, len(bns.Items)), nodeUIDs: map[string]types.UID{},
 		nodes: map[string]*corev1.Node{}, touched: map[string]bool{}}
 	w.input.Pool = pool
 	wanted := w.addSlots(pool.Name, leases.Items, bns.Items)
@@ -406,7 +407,8 @@ func (r *poolReconciler) otherPools(ctx context.Context, pool string) (map[strin
 // the nodes the pool refers to: holders of its slots, nodes of its
 // BootcNodes.
 func (w *observed) addSlots(pool string, leases []coordinationv1.Lease, bns []fleetv1.BootcNode) map[string]bool {
-	wanted := map[string]bool{}
+	wanted := make(map[string]bool, len(leases))
+	w.input.Slots = make([]plan.Slot, 0, len(leases))
 	for i := range leases {
 		l := &leases[i]
 		s, ok := plan.ParseSlot(pool, l)
@@ -452,10 +454,19 @@ func planNode(n *corev1.Node, in bool, others map[string]labels.Selector) plan.N
 // addBootcNodes gives the planner, sorted by name, the BootcNodes of the
 // nodes it sees and those of the pool.
 func (w *observed) addBootcNodes(pool string) {
-	present := map[string]bool{}
+	present := make(map[string]bool, len(w.input.Nodes))
 	for _, n := range w.input.Nodes {
 		present[n.Name] = true
 	}
+	// Counted first: the copies are the planner's input, and growing the
+	// slice to them copied them again, on every pass.
+	n := 0
+	for name, bn := range w.bootcNodes {
+		if present[name] || bn.Spec.Pool == pool {
+			n++
+		}
+	}
+	w.input.BootcNodes = make([]fleetv1.BootcNode, 0, n)
 	for name, bn := range w.bootcNodes {
 		if present[name] || bn.Spec.Pool == pool {
 			w.input.BootcNodes = append(w.input.BootcNodes, *bn)

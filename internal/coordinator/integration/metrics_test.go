@@ -122,6 +122,45 @@ func TestMetricsNeedAuthenticationAndAuthorization(t *testing.T) {
 			t.Errorf("%s: %d %q %v, want %d with %q", c.who, code, text.Truncate(body, 200), err, c.code, c.body)
 		}
 	}
+	// Answers are cached as controller-runtime's filter caches them: more
+	// scrapes with the same tokens within a minute ask the API server nothing.
+	reviews := func() (tokens, access float64) {
+		t.Helper()
+		raw, err := admin.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `verb="POST"`) {
+				continue
+			}
+			var n float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &n); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			switch {
+			case strings.Contains(line, `resource="tokenreviews"`):
+				tokens += n
+			case strings.Contains(line, `resource="subjectaccessreviews"`):
+				access += n
+			}
+		}
+		return tokens, access
+	}
+	tokens0, access0 := reviews()
+	if tokens0 < 3 || access0 < 2 {
+		t.Fatalf("the API server counted %v TokenReviews and %v SubjectAccessReviews for the scrapes above, want at least 3 and 2", tokens0, access0)
+	}
+	for range 3 {
+		for _, tok := range []string{scraper, stranger} {
+			if _, _, err := get(tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if tokens1, access1 := reviews(); tokens1 != tokens0 || access1 != access0 {
+		t.Errorf("6 scrapes with known tokens made %v TokenReviews and %v SubjectAccessReviews, want none", tokens1-tokens0, access1-access0)
+	}
 	// Plain HTTP is not served.
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + "/metrics")
 	if err == nil {

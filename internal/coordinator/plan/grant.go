@@ -89,6 +89,9 @@ func (p *planner) grant(slots []Slot) {
 	// released or revoked above goes to the next node in this same pass,
 	// not one reconcile later (its release is written first).
 	free := map[lease.Kind][]Slot{}
+	for _, k := range []lease.Kind{lease.KindStage, lease.KindReboot} {
+		free[k] = make([]Slot, 0, min(p.budgetFor(k), len(slots))) // no regrowth on every pass
+	}
 	for _, in := range slots {
 		if s := *p.after[in.Name]; s.State == SlotFree && s.Index < p.budgetFor(s.Kind) {
 			free[s.Kind] = append(free[s.Kind], s)
