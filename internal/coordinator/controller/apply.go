@@ -403,7 +403,9 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 // during a failover), and stays pending, as amendment 23 reads it.
 func (r *poolReconciler) recordCordon(ctx context.Context, pool string, l *coordinationv1.Lease, g lease.Grant, c plan.SlotChange, was, wrote bool) error {
 	pending := g.Cordon == lease.CordonPending
-	if !(was && pending) && !(!was && wrote && !pending) {
+	foundCordoned := was && pending              // someone's cordon, or an earlier call of ours
+	oursOverAnother := !was && wrote && !pending // ours, where another answer is recorded
+	if !foundCordoned && !oursOverAnother {
 		return nil
 	}
 	if was {
