@@ -2,40 +2,58 @@ package fleet
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
 )
 
-// The bad-image scenarios (issue 27, (a)-(c)), each over a few seeds that
-// run side by side in one fleet. A seed fixes the timings, the bootc
-// generation and, in (a), whether the pool has zones. Replay one with e.g.
-// go test ./tests/fleet -run TestBadImageCaughtByTheCanary -seeds 3 -v
-func TestBadImageCaughtByTheCanary(t *testing.T) {
-	runBadImage(t, BadImageCanary)
+// badImageScenarios are the bad-image scenarios (issue 27, (a)-(c)) by name.
+var badImageScenarios = []struct {
+	name string
+	run  func(context.Context, *Fleet, int64) Result
+}{
+	{"CaughtByTheCanary", BadImageCanary},
+	{"StopsAfterTheFirstWave", BadImageFirstWave},
+	{"InTheLastZoneRollsBackThatZone", BadImageLastZone},
 }
 
-func TestBadImageStopsAfterTheFirstWave(t *testing.T) {
-	runBadImage(t, BadImageFirstWave)
-}
-
-func TestBadImageInTheLastZoneRollsBackThatZone(t *testing.T) {
-	runBadImage(t, BadImageLastZone)
-}
-
-func runBadImage(t *testing.T, scenario func(context.Context, *Fleet, int64) Result) {
-	t.Helper()
+// TestBadImage runs the bad-image scenarios over a few seeds, every
+// scenario and seed side by side in one fleet (their pools and nodes are
+// named apart): most of a scenario is waiting for reboots and the gate's
+// timeout, so running them at once costs little more than the longest. A
+// seed fixes the timings, the bootc generation and, in (a), whether the pool
+// has zones. Replay: go test ./tests/fleet -run TestBadImage -seeds 3 -v
+// (every scenario, that seed).
+func TestBadImage(t *testing.T) {
 	envtest.SkipIfUnavailable(t)
 	all := seeds(t, 2)
 	f := Start(t, Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	for r := range runSeeds(all, *batchFlag, func(seed int64) (Result, []Fault) { return scenario(ctx, f, seed), nil }) {
-		if r.Failed() {
-			t.Errorf("%s\nreplay: go test ./tests/fleet -run %s -seeds %d -v", r, t.Name(), r.Seed)
-		} else {
-			t.Logf("seed %d: ok in %s, reboots %v", r.Seed, r.Duration.Round(time.Millisecond), r.Reboots)
+	results := make([][]Result, len(badImageScenarios))
+	var wg sync.WaitGroup
+	for i, sc := range badImageScenarios {
+		results[i] = make([]Result, len(all))
+		for j, seed := range all {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i][j] = sc.run(ctx, f, seed)
+			}()
 		}
+	}
+	wg.Wait()
+	for i, sc := range badImageScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, r := range results[i] {
+				if r.Failed() {
+					t.Errorf("%s\nreplay: go test ./tests/fleet -run TestBadImage -seeds %d -v", r, r.Seed)
+				} else {
+					t.Logf("seed %d: ok in %s, reboots %v", r.Seed, r.Duration.Round(time.Millisecond), r.Reboots)
+				}
+			}
+		})
 	}
 }
