@@ -33,7 +33,7 @@ func TestDemoRuns(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("demo exited %d:\n%s", code, text)
 	}
-	for _, want := range []string{"converged: every node booted v2.1", "converged: every node booted v4", "invariants I1-I5: held",
+	for _, want := range []string{"converged: every node booted v2.1", "converged: every node booted v4", "invariants I1-I6: held",
 		"export KUBECONFIG=", "why (kubectl bootc-fleet status demo):", "$ kubectl bootc-fleet status\nNAME ",
 		"failed its health gate on v3 (HostUnitFailed", "the pool says Degraded=True, reason ImageFailedHealthCheck",
 		"$ kubectl bootc-fleet explain node-", "3 other nodes untouched (none rebooted", "bad image: held ("} {

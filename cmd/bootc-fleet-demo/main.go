@@ -4,7 +4,7 @@
 // bootc-fleet-agent binary, rolls an image out across them, changes the
 // image mid-rollout, then publishes a bad image the canary catches and is
 // rolled back from, then a good one, and shows it all live (story.go). At
-// the end it checks the invariants I1-I5 of docs/design.md over everything
+// the end it checks the invariants I1-I6 of docs/design.md over everything
 // that happened, and what the bad image was allowed to do.
 package main
 
@@ -308,9 +308,9 @@ func (d *demo) summary(ctx context.Context, f *sim.ProcFleet, st *story) bool {
 	}
 	held := len(violations) == 0 && invErr == nil
 	if held {
-		fmt.Fprintf(&b, "  invariants I1-I5: held (%d events checked)\n", len(evs))
+		fmt.Fprintf(&b, "  invariants I1-I6: held (%d events checked)\n", len(evs))
 	} else {
-		fmt.Fprintf(&b, "  invariants I1-I5: %d VIOLATED\n", len(violations))
+		fmt.Fprintf(&b, "  invariants I1-I6: %d VIOLATED\n", len(violations))
 		for _, v := range violations {
 			fmt.Fprintf(&b, "  %s\n", strings.ReplaceAll(v.String(), "\n", "\n  "))
 		}
