@@ -374,9 +374,6 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 		r.writes.wrote(pool, kindNode, node)
 		w.touch(c.Node)
 	}
-	if was {
-		log.Info("node was cordoned already, not by this cordon call; it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
-	}
 	// Someone else's cordon is recorded on the grant at once (amendments
 	// 21, 23): from then on only this record says whose cordon it is, and
 	// a mark copied onto the Node counts for nothing. A cordon this call
@@ -385,8 +382,15 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 	// grant's own mark, written in the cordon's update, says it is ours, as
 	// it does for a coordinator stopped before the record. A grant that
 	// records someone else's cordon and is cordoned again by us says so now.
-	if err := r.recordCordon(ctx, pool, l, g, c, was, node != nil); err != nil {
+	recorded, err := r.recordCordon(ctx, pool, l, g, c, was, node != nil)
+	if err != nil {
 		return err
+	}
+	switch {
+	case recorded && was:
+		log.Info("node was cordoned already, not by this grant's cordon; recorded so: it stays cordoned after the reboot", "node", c.Node, "slot", c.Slot)
+	case was:
+		log.V(1).Info("node was cordoned already by an earlier call for this grant (its mark is on the Node); the cordon stays ours", "node", c.Node, "slot", c.Slot)
 	}
 	if c.DrainTimeout > 0 && r.drains.startOnce(pool, c.Node, g.ID, c.DrainTimeout) {
 		log.V(1).Info("drain started", "node", c.Node, "grant", g.ID.String(), "timeout", c.DrainTimeout.String())
@@ -401,29 +405,29 @@ func (r *poolReconciler) cordon(ctx context.Context, log logr.Logger, pool strin
 // with this very grant's mark, the cordon is ours, made by an earlier call
 // whose answer this pass did not see (another pass, another coordinator
 // during a failover), and stays pending, as amendment 23 reads it.
-func (r *poolReconciler) recordCordon(ctx context.Context, pool string, l *coordinationv1.Lease, g lease.Grant, c plan.SlotChange, was, wrote bool) error {
+func (r *poolReconciler) recordCordon(ctx context.Context, pool string, l *coordinationv1.Lease, g lease.Grant, c plan.SlotChange, was, wrote bool) (recorded bool, err error) {
 	pending := g.Cordon == lease.CordonPending
 	foundCordoned := was && pending              // someone's cordon, or an earlier call of ours
 	oursOverAnother := !was && wrote && !pending // ours, where another answer is recorded
 	if !foundCordoned && !oursOverAnother {
-		return nil
+		return false, nil
 	}
 	if was {
 		var n corev1.Node
 		if err := r.apiReader.Get(ctx, client.ObjectKey{Name: c.Node}, &n); err != nil {
-			return fmt.Errorf("reading node %s cordoned for slot %s: %w", c.Node, c.Slot, err)
+			return false, fmt.Errorf("reading node %s cordoned for slot %s: %w", c.Node, c.Slot, err)
 		}
 		if n.Spec.Unschedulable && n.Annotations[lease.NodeAnnotationCordonedFor] == lease.CordonMark(g.ID) {
-			return nil
+			return false, nil
 		}
 	}
 	rec := l.DeepCopy()
 	lease.RecordCordon(rec, !was)
 	if err := r.client.Update(ctx, rec); err != nil {
-		return fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
+		return false, fmt.Errorf("recording the cordon of node %s on slot %s: %w", c.Node, c.Slot, err)
 	}
 	r.writes.wrote(pool, kindLease, rec)
-	return nil
+	return true, nil
 }
 
 // cachedNode is the cache's copy of node, nil if it has none.
