@@ -304,6 +304,7 @@ func newPoolReconciler(mgr manager.Manager, opts Options, log logr.Logger, undec
 	}
 	return &poolReconciler{
 		client:        mgr.GetClient(),
+		cache:         mgr.GetCache(),
 		apiReader:     mgr.GetAPIReader(),
 		undecodable:   undecodable,
 		writes:        writes,
