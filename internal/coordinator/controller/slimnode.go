@@ -13,7 +13,7 @@ import (
 )
 
 // slimNode keeps of a cached Node what the coordinator reads and drops the
-// rest: of the metadata, everything but managedFields and the annotations
+// rest: of the metadata, managedFields, ownerReferences and the annotations
 // of others (it reads its own, under fleet.bootc.dev/, and the autoscalers'
 // marks it records and restores, lease.AutoscalerMarks); of the spec,
 // unschedulable; of the status, the Ready condition's type and status and
@@ -25,6 +25,7 @@ import (
 // hundreds of megabytes the planner never looks at. Writes never rest on
 // the slim copy: cordon, uncordon and the autoscaler marks send a merge
 // patch of the fields they change, conditional on its resourceVersion.
+// What Nodes share (labels, annotations, platform) is interned (intern.go).
 func slimNode() cache.TransformFunc {
 	strip := crcache.TransformStripManagedFields()
 	return func(in any) (any, error) {
@@ -32,19 +33,20 @@ func slimNode() cache.TransformFunc {
 		if !ok {
 			return strip(in)
 		}
-		n.ManagedFields = nil
+		n.ManagedFields, n.OwnerReferences = nil, nil
 		n.Annotations = ownAnnotations(n.Annotations)
+		internMeta(&n.ObjectMeta)
 		n.Spec = corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable}
 		var ready []corev1.NodeCondition
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
-				ready = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+				ready = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: internUID(c.Status)}}
 				break
 			}
 		}
 		info := n.Status.NodeInfo
 		n.Status = corev1.NodeStatus{Conditions: ready, NodeInfo: corev1.NodeSystemInfo{
-			BootID: info.BootID, OperatingSystem: info.OperatingSystem, Architecture: info.Architecture}}
+			BootID: info.BootID, OperatingSystem: intern(info.OperatingSystem), Architecture: intern(info.Architecture)}}
 		return n, nil
 	}
 }
