@@ -362,9 +362,9 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 	}
 
 	w := &observed{leases: make(map[string]*coordinationv1.Lease, len(leases.Items)),
-		bootcNodes: make(map[string]*fleetv1.BootcNode, len(bns)), nodeUIDs: map[string]types.UID{},
-		nodes: map[string]*corev1.Node{}, touched: map[string]bool{}}
-	w.input.Pool = pool
+		bootcNodes: make(map[string]*fleetv1.BootcNode, len(bns)), nodeUIDs: make(map[string]types.UID, len(nodes)),
+		nodes: make(map[string]*corev1.Node, len(nodes)), touched: map[string]bool{}}
+	w.input.Pool, w.input.Nodes = pool, make([]plan.Node, 0, len(nodes))
 	wanted := w.addSlots(pool.Name, leases.Items, bns)
 	for _, n := range nodes {
 		in := sel.Matches(labels.Set(n.Labels))
