@@ -48,15 +48,22 @@ func internMeta(m *metav1.ObjectMeta) {
 
 func internUID[T ~string](s T) T { return T(intern(string(s))) }
 
+// internDeployment interns a deployment's image, digest and signature, and
+// drops its version and timestamp, which the coordinator never reads (the
+// plugin reads them from the API server).
 func internDeployment(d *fleetv1.Deployment) {
 	if d != nil {
-		d.Image, d.Digest, d.Version, d.Signature = intern(d.Image), intern(d.Digest), intern(d.Version), internUID(d.Signature)
+		d.Image, d.Digest, d.Signature = intern(d.Image), intern(d.Digest), internUID(d.Signature)
+		d.Version, d.Timestamp = "", nil
 	}
 }
 
 // internBootcNode interns what BootcNodes share: their metadata's maps and
 // owner, the spec's pool and image, the images, phase, reason and message
-// of their status, its conditions and the grants its node works under.
+// of their status, its conditions and the grants its node works under. The
+// agent's version, and each deployment's version and timestamp, are
+// dropped: nothing the coordinator decides or writes reads them, and its
+// BootcNode writes are merge patches of its own fields.
 func internBootcNode(bn *fleetv1.BootcNode) {
 	internMeta(&bn.ObjectMeta)
 	bn.Spec.Pool, bn.Spec.DesiredImage, bn.Spec.RebootPolicy = intern(bn.Spec.Pool), intern(bn.Spec.DesiredImage), internUID(bn.Spec.RebootPolicy)
@@ -64,7 +71,7 @@ func internBootcNode(bn *fleetv1.BootcNode) {
 	internDeployment(st.Booted)
 	internDeployment(st.Staged)
 	internDeployment(st.Rollback)
-	st.Phase, st.Reason, st.Message, st.AgentVersion = internUID(st.Phase), intern(st.Reason), intern(st.Message), intern(st.AgentVersion)
+	st.Phase, st.Reason, st.Message, st.AgentVersion = internUID(st.Phase), intern(st.Reason), intern(st.Message), ""
 	for i := range st.Conditions {
 		c := &st.Conditions[i]
 		c.Type, c.Status, c.Reason, c.Message = intern(c.Type), internUID(c.Status), intern(c.Reason), intern(c.Message)
