@@ -254,8 +254,9 @@ func managerOptions(cfg *rest.Config, opts Options, log logr.Logger, undecodable
 		Cache: cache.Options{
 			NewInformer: undecodable.newInformer(dyn, scheme),
 			// Nothing the coordinator decides reads managedFields; at 5,000
-			// nodes they are much of what Nodes and BootcNodes hold.
-			DefaultTransform: cache.TransformStripManagedFields(),
+			// nodes they are much of what Nodes and BootcNodes hold. What
+			// objects share is kept once (intern.go).
+			DefaultTransform: sharedStrings(cache.TransformStripManagedFields()),
 			ByObject: map[client.Object]cache.ByObject{
 				&coordinationv1.Lease{}: {
 					Namespaces: map[string]cache.Config{lease.Namespace: {}},
@@ -304,6 +305,7 @@ func newPoolReconciler(mgr manager.Manager, opts Options, log logr.Logger, undec
 	}
 	return &poolReconciler{
 		client:        mgr.GetClient(),
+		cache:         mgr.GetCache(),
 		apiReader:     mgr.GetAPIReader(),
 		undecodable:   undecodable,
 		writes:        writes,

@@ -22,8 +22,9 @@ type heartbeats struct {
 
 type seenReport struct {
 	uid      string
-	report   string // status.lastReportTime as written
-	desired  string // spec.desiredImage
+	report   time.Time // status.lastReportTime as written
+	reported bool      // status.lastReportTime is set
+	desired  string    // spec.desiredImage
 	seen     time.Time
 	specSeen time.Time
 }
@@ -37,23 +38,24 @@ func (h *heartbeats) observe(bns []fleetv1.BootcNode, now time.Time) map[string]
 	out := make(map[string]plan.Heartbeat, len(bns))
 	for i := range bns {
 		bn := &bns[i]
-		report := ""
-		if bn.Status.LastReportTime != nil {
-			report = bn.Status.LastReportTime.UTC().Format(time.RFC3339Nano)
+		var report time.Time
+		reported := bn.Status.LastReportTime != nil
+		if reported {
+			report = bn.Status.LastReportTime.Time
 		}
 		s := h.nodes[bn.Name]
 		if s == nil || s.uid != string(bn.UID) {
-			s = &seenReport{uid: string(bn.UID), report: report, desired: bn.Spec.DesiredImage, seen: now, specSeen: now}
+			s = &seenReport{uid: string(bn.UID), report: report, reported: reported, desired: bn.Spec.DesiredImage, seen: now, specSeen: now}
 			h.nodes[bn.Name] = s
 		}
-		if s.report != report {
-			s.report, s.seen = report, now
+		if s.reported != reported || !s.report.Equal(report) {
+			s.report, s.reported, s.seen = report, reported, now
 		}
 		if s.desired != bn.Spec.DesiredImage {
 			s.desired, s.specSeen = bn.Spec.DesiredImage, now
 		}
 		hb := plan.Heartbeat{SpecSeen: s.specSeen}
-		if report != "" {
+		if reported {
 			hb.Seen = s.seen
 		}
 		out[bn.Name] = hb

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -35,6 +36,7 @@ import (
 // poolReconciler reconciles one BootcNodePool at a time: read, Plan, write.
 type poolReconciler struct {
 	client client.Client // reads from the informer cache
+	cache  cache.Cache   // the informers' own objects (cachedreads.go)
 	// apiReader reads from the API server (an undecodable pool, unstructured).
 	apiReader client.Reader
 	// undecodable: BootcNodes and pools the cache set aside.
@@ -342,11 +344,9 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 	if err != nil {
 		return nil, err
 	}
-	// The cache's own objects, not copies: a pass only reads them (every
-	// write starts from a DeepCopy), and at 5,000 nodes copying the three
-	// lists on every pass was most of the coordinator's garbage.
-	var nodes corev1.NodeList
-	if err := r.client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+	// The cache's own objects, not copies (cachedreads.go).
+	nodes, err := r.cachedNodes(ctx)
+	if err != nil {
 		return nil, err
 	}
 	// From the cache, which shows at least this coordinator's own writes
@@ -356,18 +356,17 @@ func (r *poolReconciler) observe(ctx context.Context, pool *fleetv1.BootcNodePoo
 	if err := r.client.List(ctx, &leases, client.InNamespace(lease.Namespace), client.MatchingLabels{lease.LabelPool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing slot Leases: %w", err)
 	}
-	var bns fleetv1.BootcNodeList
-	if err := r.client.List(ctx, &bns, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing BootcNodes: %w", err)
+	bns, err := r.cachedBootcNodes(ctx)
+	if err != nil {
+		return nil, err
 	}
 
 	w := &observed{leases: make(map[string]*coordinationv1.Lease, len(leases.Items)),
-		bootcNodes: make(map[string]*fleetv1.BootcNode, len(bns.Items)), nodeUIDs: map[string]types.UID{},
-		nodes: map[string]*corev1.Node{}, touched: map[string]bool{}}
-	w.input.Pool = pool
-	wanted := w.addSlots(pool.Name, leases.Items, bns.Items)
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
+		bootcNodes: make(map[string]*fleetv1.BootcNode, len(bns)), nodeUIDs: make(map[string]types.UID, len(nodes)),
+		nodes: make(map[string]*corev1.Node, len(nodes)), touched: map[string]bool{}}
+	w.input.Pool, w.input.Nodes = pool, make([]plan.Node, 0, len(nodes))
+	wanted := w.addSlots(pool.Name, leases.Items, bns)
+	for _, n := range nodes {
 		in := sel.Matches(labels.Set(n.Labels))
 		if !in && !wanted[n.Name] {
 			if marksOf(n) == pool.Name {
@@ -406,7 +405,7 @@ func (r *poolReconciler) otherPools(ctx context.Context, pool string) (map[strin
 // addSlots keeps the pool's slot Leases and every BootcNode, and returns
 // the nodes the pool refers to: holders of its slots, nodes of its
 // BootcNodes.
-func (w *observed) addSlots(pool string, leases []coordinationv1.Lease, bns []fleetv1.BootcNode) map[string]bool {
+func (w *observed) addSlots(pool string, leases []coordinationv1.Lease, bns []*fleetv1.BootcNode) map[string]bool {
 	wanted := make(map[string]bool, len(leases))
 	w.input.Slots = make([]plan.Slot, 0, len(leases))
 	for i := range leases {
@@ -421,8 +420,7 @@ func (w *observed) addSlots(pool string, leases []coordinationv1.Lease, bns []fl
 			wanted[s.Holder] = true
 		}
 	}
-	for i := range bns {
-		bn := &bns[i]
+	for _, bn := range bns {
 		if bn.Spec.Pool == pool {
 			wanted[bn.Name] = true
 		}

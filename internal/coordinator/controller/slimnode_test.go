@@ -16,12 +16,16 @@ import (
 func kubeletNode() *corev1.Node {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "42",
-			Labels:        map[string]string{"pool": "a", "kubernetes.io/arch": "amd64"},
-			Annotations:   map[string]string{"fleet.bootc.dev/hold": "db migration"},
+			Labels: map[string]string{"pool": "a", "kubernetes.io/arch": "amd64"},
+			Annotations: map[string]string{"fleet.bootc.dev/hold": "db migration", "karpenter.sh/do-not-disrupt": "false",
+				"csi.volume.kubernetes.io/nodeid": `{"ebs.csi.aws.com":"i-0123456789abcdef0"}`, "node.alpha.kubernetes.io/ttl": "0"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}},
 		Spec: corev1.NodeSpec{Unschedulable: true, PodCIDR: "10.0.1.0/24", Taints: []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}},
 		Status: corev1.NodeStatus{
-			Conditions:   []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", Message: "kubelet has sufficient memory available"},
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
+					LastHeartbeatTime: metav1.Unix(1, 0), LastTransitionTime: metav1.Unix(1, 0)}},
 			NodeInfo:     corev1.NodeSystemInfo{BootID: "b1", OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.34.1"},
 			Addresses:    []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}, {Type: corev1.NodeHostName, Address: "n1"}},
 			Capacity:     corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")},
@@ -46,11 +50,22 @@ func TestSlimNodeKeepsWhatThePlannerReads(t *testing.T) {
 	}
 	n := out.(*corev1.Node)
 	want := kubeletNode()
+	// Of the annotations, the coordinator's own and the autoscalers' marks
+	// it records and restores; of the conditions, Ready's status.
+	ours := map[string]string{"fleet.bootc.dev/hold": "db migration", "karpenter.sh/do-not-disrupt": "false"}
+	ready := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	info := corev1.NodeSystemInfo{BootID: "b1", OperatingSystem: "linux", Architecture: "amd64"}
 	if n.Name != want.Name || n.UID != want.UID || n.ResourceVersion != want.ResourceVersion ||
-		!reflect.DeepEqual(n.Labels, want.Labels) || !reflect.DeepEqual(n.Annotations, want.Annotations) ||
-		!reflect.DeepEqual(n.Spec, want.Spec) || !reflect.DeepEqual(n.Status.Conditions, want.Status.Conditions) ||
-		n.Status.NodeInfo != want.Status.NodeInfo {
+		!reflect.DeepEqual(n.Labels, want.Labels) || !reflect.DeepEqual(n.Annotations, ours) ||
+		n.Spec.Unschedulable != want.Spec.Unschedulable || !reflect.DeepEqual(n.Status.Conditions, ready) ||
+		n.Status.NodeInfo != info || nodeReady(n) != nodeReady(want) {
 		t.Fatalf("slim node lost what the coordinator reads:\n%+v", n)
+	}
+	if n.Spec.Taints != nil || n.Spec.PodCIDR != "" {
+		t.Fatalf("slim node kept spec the coordinator never reads: %+v", n.Spec)
+	}
+	if a := ownAnnotations(map[string]string{"other": "x"}); a != nil {
+		t.Fatalf("a Node with none of the coordinator's annotations keeps %v", a)
 	}
 	if n.ManagedFields != nil || n.Status.Images != nil || n.Status.Addresses != nil || n.Status.Capacity != nil || n.Status.VolumesInUse != nil {
 		t.Fatalf("slim node kept status the coordinator never reads: %+v", n.Status)

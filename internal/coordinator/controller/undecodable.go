@@ -274,13 +274,17 @@ func (l *lenientListWatch) ListWithContext(ctx context.Context, opts metav1.List
 	lm.SetResourceVersion(ul.GetResourceVersion())
 	lm.SetContinue(ul.GetContinue())
 	lm.SetRemainingItemCount(ul.GetRemainingItemCount())
-	var items []k8sruntime.Object
-	present := map[string]bool{}
+	items := make([]k8sruntime.Object, 0, len(ul.Items))
+	present := make(map[string]bool, len(ul.Items))
 	for i := range ul.Items {
 		present[ul.Items[i].GetName()] = true
 		if obj, ok := l.decode(&ul.Items[i]); ok {
 			items = append(items, obj)
 		}
+		// Each unstructured object (6.8 kB for a 2.7 kB typed BootcNode)
+		// can go as soon as it is decoded: after a restart at 5,000 nodes
+		// the typed list is not held beside the whole unstructured one.
+		ul.Items[i] = unstructured.Unstructured{}
 	}
 	if opts.Continue == "" && ul.GetContinue() == "" {
 		l.set.keepOnly(l.k.kind, present)

@@ -136,12 +136,13 @@ func Plan(in Input) Output {
 	p := &planner{
 		in:         in,
 		pool:       in.Pool.Name,
-		nodes:      map[string]Node{},
-		bns:        map[string]*fleetv1.BootcNode{},
+		nodes:      make(map[string]Node, len(in.Nodes)),
+		bns:        make(map[string]*fleetv1.BootcNode, len(in.BootcNodes)),
+		members:    make([]string, 0, len(in.Nodes)),
 		after:      map[string]*Slot{},
 		uncordoned: map[string]bool{},
 		failedSlot: map[string]string{},
-		targets:    map[string]imageref.Pinned{},
+		targets:    make(map[string]imageref.Pinned, len(in.Nodes)),
 		noImage:    map[string]*platform.Problem{},
 	}
 	for _, n := range in.Nodes {
