@@ -447,32 +447,25 @@ func (r *poolReconciler) uncordon(ctx context.Context, pool string, w *observed,
 	return nil
 }
 
+// applyBootcNodes creates the plan's new BootcNodes, hands changes of
+// existing ones to the background writer and deletes those of nodes that
+// left. Both go in the plan's order (the queue order, plan.membership): a
+// node stages only once its BootcNode asks for the target, and a pool's
+// creations take seconds at 1,000 nodes, so the first wave's nodes are
+// written first. A BootcNode this coordinator created that the cache does
+// not show yet is not created again (createdUnseen).
 func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
-	created := make([]*fleetv1.BootcNode, len(out.CreateBootcNodes))
-	err := r.parallel(ctx, len(out.CreateBootcNodes), func(ctx context.Context, i int) error {
-		c := out.CreateBootcNodes[i]
-		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
-		bn.SetNoPlatformImage(c.NoPlatformImage)
-		bn.SetRollout(c.RolloutState, c.RolloutReason)
-		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
-			return err
-		}
-		switch err := r.client.Create(ctx, bn); {
-		case err == nil:
-			r.writes.wrote(pool.Name, kindBootcNode, bn)
-			created[i] = bn
-			logBootcNode(log, "BootcNode created", c)
-		case !kerrors.IsAlreadyExists(err):
-			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
-		}
-		return nil
-	})
-	for _, bn := range created {
-		if bn != nil {
-			w.bootcNodes[bn.Name] = bn
+	// Pacing of writes, not a decision: the process's own clock.
+	now := time.Now()
+	inCache := func(name string) bool { return w.bootcNodes[name] != nil }
+	r.bootcNodes.pruneCreated(inCache, now)
+	creates := make([]plan.BootcNodeChange, 0, len(out.CreateBootcNodes))
+	for _, c := range out.CreateBootcNodes {
+		if !r.bootcNodes.createdUnseen(c.Name) {
+			creates = append(creates, c)
 		}
 	}
-	if err != nil {
+	if err := r.createBootcNodes(ctx, log, pool, w, creates); err != nil {
 		return err
 	}
 	// Existing BootcNodes are written in the background (bootcNodeWriter).
@@ -494,6 +487,37 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 		r.writes.deleted(pool.Name, kindBootcNode, bn)
 	}
 	return nil
+}
+
+// createBootcNodes creates cs concurrently (writeParallelism at a time),
+// started in cs's order.
+func (r *poolReconciler) createBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, cs []plan.BootcNodeChange) error {
+	created := make([]*fleetv1.BootcNode, len(cs))
+	err := r.parallel(ctx, len(cs), func(ctx context.Context, i int) error {
+		c := cs[i]
+		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+		bn.SetNoPlatformImage(c.NoPlatformImage)
+		bn.SetRollout(c.RolloutState, c.RolloutReason)
+		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
+			return err
+		}
+		switch err := r.client.Create(ctx, bn); {
+		case err == nil:
+			r.writes.wrote(pool.Name, kindBootcNode, bn)
+			r.bootcNodes.noteCreated(bn.Name, time.Now())
+			created[i] = bn
+			logBootcNode(log, "BootcNode created", c)
+		case !kerrors.IsAlreadyExists(err):
+			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
+		}
+		return nil
+	})
+	for _, bn := range created {
+		if bn != nil {
+			w.bootcNodes[bn.Name] = bn
+		}
+	}
+	return err
 }
 
 func logBootcNode(log logr.Logger, msg string, c plan.BootcNodeChange) {
