@@ -68,11 +68,15 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		r.writes.deleted(pool.Name, kindLease, l)
 	}
 
+	targets := newTargetsAfterGrants(w, out.UpdateBootcNodes)
 	for _, round := range slotRounds(out.Changes) {
 		written := make([]*coordinationv1.Lease, len(round))
 		err := r.parallel(ctx, len(round), func(ctx context.Context, i int) error {
 			l, err := r.applySlot(ctx, log, pool, w, w.leases[round[i][0].Slot], round[i], in.Now)
 			written[i] = l
+			if l != nil {
+				targets.granted(r.bootcNodes, pool.Name, round[i])
+			}
 			return err
 		})
 		for _, l := range written {
@@ -477,9 +481,7 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 	}
 	// Existing BootcNodes are written in the background (bootcNodeWriter).
 	for _, c := range out.UpdateBootcNodes {
-		read := w.bootcNodes[c.Name]
-		onlyNotes := read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
-		r.bootcNodes.set(pool.Name, c, onlyNotes)
+		r.bootcNodes.set(pool.Name, c, onlyNotes(w, c))
 	}
 	for _, name := range out.DeleteBootcNodes {
 		bn := w.bootcNodes[name]
@@ -494,6 +496,46 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 		r.writes.deleted(pool.Name, kindBootcNode, bn)
 	}
 	return nil
+}
+
+// onlyNotes: c changes only the coordinator's annotations of the BootcNode
+// as read, not its spec.
+func onlyNotes(w *observed, c plan.BootcNodeChange) bool {
+	read := w.bootcNodes[c.Name]
+	return read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
+}
+
+// targetsAfterGrants hands the BootcNode writer a node's new target as soon
+// as the stage grant that goes out with it (amendment 29) is written, not
+// once every slot of the pass is: at 1,000 nodes a pass that grants 1,000
+// stage slots writes them for a second, and the first wave's targets would
+// wait behind the last grant. The Lease is still written before the patch
+// (amendment 29), and the targets are still handed over in the queue order,
+// as the grants are written in it (amendment 30); applyBootcNodes hands
+// over the rest, and a node handed over again keeps its place.
+type targetsAfterGrants map[string]plan.BootcNodeChange
+
+func newTargetsAfterGrants(w *observed, changes []plan.BootcNodeChange) targetsAfterGrants {
+	t := targetsAfterGrants{}
+	for _, c := range changes {
+		if !onlyNotes(w, c) {
+			t[c.Name] = c
+		}
+	}
+	return t
+}
+
+// granted hands over the targets of the nodes chain granted a stage slot to
+// (chain was written). Calls may run concurrently: t is only read.
+func (t targetsAfterGrants) granted(b *bootcNodeWriter, pool string, chain []plan.SlotChange) {
+	for _, c := range chain {
+		if c.Op != plan.OpGrant || c.Kind != lease.KindStage {
+			continue
+		}
+		if wish, ok := t[c.Node]; ok {
+			b.set(pool, wish, false)
+		}
+	}
 }
 
 // createsPerPass is how many BootcNodes a pass creates at most: a wave
