@@ -10,10 +10,13 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
@@ -233,4 +236,88 @@ func (b *bootcNodeWriter) createdUnseen(node string) bool {
 	defer b.mu.Unlock()
 	_, ok := b.created[node]
 	return ok
+}
+
+// onlyNotes: c changes only the coordinator's annotations of the BootcNode
+// as read, not its spec.
+func onlyNotes(w *observed, c plan.BootcNodeChange) bool {
+	read := w.bootcNodes[c.Name]
+	return read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
+}
+
+// targetsAfterGrants hands the BootcNode writer a node's new target as soon
+// as the stage grant that goes out with it (amendment 29) is written, not
+// once every slot of the pass is: at 1,000 nodes a pass that grants 1,000
+// stage slots writes them for a second, and the first wave's targets would
+// wait behind the last grant. The Lease is still written before the patch
+// (amendment 29), and the targets are still handed over in the queue order,
+// as the grants are written in it (amendment 30); applyBootcNodes hands
+// over the rest, and a node handed over again keeps its place.
+type targetsAfterGrants map[string]plan.BootcNodeChange
+
+func newTargetsAfterGrants(w *observed, changes []plan.BootcNodeChange) targetsAfterGrants {
+	t := targetsAfterGrants{}
+	for _, c := range changes {
+		if !onlyNotes(w, c) {
+			t[c.Name] = c
+		}
+	}
+	return t
+}
+
+// granted hands over the targets of the nodes chain granted a stage slot to
+// (chain was written). Calls may run concurrently: t is only read.
+func (t targetsAfterGrants) granted(b *bootcNodeWriter, pool string, chain []plan.SlotChange) {
+	for _, c := range chain {
+		if c.Op != plan.OpGrant || c.Kind != lease.KindStage {
+			continue
+		}
+		if wish, ok := t[c.Node]; ok {
+			b.set(pool, wish, false)
+		}
+	}
+}
+
+// createsPerPass is how many BootcNodes a pass creates at most: a wave
+// (the pool's resolved maxUnavailable), and at least one round of
+// concurrent writes (writeParallelism).
+func createsPerPass(pool *fleetv1.BootcNodePool, nodes []plan.Node) int {
+	members := 0
+	for _, n := range nodes {
+		if n.InPool {
+			members++
+		}
+	}
+	return max(writeParallelism, plan.ResolveBudget(pool.Spec.Rollout, members).MaxUnavailable)
+}
+
+// createBootcNodes creates cs concurrently (writeParallelism at a time),
+// started in cs's order.
+func (r *poolReconciler) createBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, cs []plan.BootcNodeChange) error {
+	created := make([]*fleetv1.BootcNode, len(cs))
+	err := r.parallel(ctx, len(cs), func(ctx context.Context, i int) error {
+		c := cs[i]
+		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+		bn.SetNoPlatformImage(c.NoPlatformImage)
+		bn.SetRollout(c.RolloutState, c.RolloutReason)
+		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
+			return err
+		}
+		switch err := r.client.Create(ctx, bn); {
+		case err == nil:
+			r.writes.wrote(pool.Name, kindBootcNode, bn)
+			r.bootcNodes.noteCreated(bn.Name, time.Now())
+			created[i] = bn
+			logBootcNode(log, "BootcNode created", c)
+		case !kerrors.IsAlreadyExists(err):
+			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
+		}
+		return nil
+	})
+	for _, bn := range created {
+		if bn != nil {
+			w.bootcNodes[bn.Name] = bn
+		}
+	}
+	return err
 }
