@@ -456,22 +456,15 @@ func (r *poolReconciler) uncordon(ctx context.Context, pool string, w *observed,
 // left. Both go in the plan's order (the queue order, plan.membership): a
 // node stages only once its BootcNode asks for the target, and a pool's
 // creations take seconds at 1,000 nodes, so the first wave's nodes are
-// written first. A pass creates at most one wave of them (createsPerPass),
-// so the next pass can grant the first wave's stage slots while the next
-// wave's BootcNodes are created, and does not create again a BootcNode
-// this coordinator created that the cache does not show yet
-// (createdUnseen). Each creation's watch event brings the next pass.
+// written first. A BootcNode this coordinator created that the cache does
+// not show yet is not created again (createdUnseen).
 func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
 	// Pacing of writes, not a decision: the process's own clock.
 	now := time.Now()
 	inCache := func(name string) bool { return w.bootcNodes[name] != nil }
 	r.bootcNodes.pruneCreated(inCache, now)
-	limit := createsPerPass(pool, w.input.Nodes)
-	creates := make([]plan.BootcNodeChange, 0, min(len(out.CreateBootcNodes), limit))
+	creates := make([]plan.BootcNodeChange, 0, len(out.CreateBootcNodes))
 	for _, c := range out.CreateBootcNodes {
-		if len(creates) == limit {
-			break
-		}
 		if !r.bootcNodes.createdUnseen(c.Name) {
 			creates = append(creates, c)
 		}

@@ -12,8 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -191,45 +189,5 @@ func TestBootcNodesCreatedOnceWhileTheCacheLags(t *testing.T) {
 		if r.bootcNodes.createdUnseen(c.Name) {
 			t.Fatalf("%s is still taken to exist createdFor after its creation", c.Name)
 		}
-	}
-}
-
-// A pass creates at most a wave of BootcNodes (maxUnavailable, at least
-// writeParallelism), the first of the plan's order; the next pass the next.
-func TestAPassCreatesAWaveOfBootcNodes(t *testing.T) {
-	e := startOrderEnv(t)
-	ctx := t.Context()
-	r := &poolReconciler{client: e.c, writes: newOwnWrites(), bootcNodes: newBootcNodeWriter(e.c, newOwnWrites(), logr.Discard())}
-	pool := e.pool.DeepCopy()
-	pool.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromString("50%"))
-	w := &observed{bootcNodes: map[string]*fleetv1.BootcNode{}}
-	var creates []plan.BootcNodeChange
-	for i := range 150 {
-		name := fmt.Sprintf("w-%03d", 149-i) // the plan's order, not the names'
-		w.input.Nodes = append(w.input.Nodes, plan.Node{Name: name, InPool: true})
-		creates = append(creates, orderChange(name, orderImageA, fleetv1.RolloutWaitingForStageSlot))
-	}
-	out := plan.Output{CreateBootcNodes: creates}
-	if err := r.applyBootcNodes(ctx, logr.Discard(), pool, w, out); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.posts.Load(); n != 75 {
-		t.Fatalf("%d POSTs in a pass, want 75 (maxUnavailable 50%% of 150)", n)
-	}
-	for _, c := range creates[:75] {
-		if w.bootcNodes[c.Name] == nil {
-			t.Fatalf("%s, among the first 75 of the plan's order, was not created", c.Name)
-		}
-	}
-	// The next pass (its cache showing nothing yet) creates the rest.
-	if err := r.applyBootcNodes(ctx, logr.Discard(), pool, &observed{input: w.input, bootcNodes: map[string]*fleetv1.BootcNode{}}, out); err != nil {
-		t.Fatal(err)
-	}
-	var bns fleetv1.BootcNodeList
-	if err := e.c.List(ctx, &bns); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.posts.Load(); n != 150 || len(bns.Items) != 150 {
-		t.Fatalf("%d POSTs, %d BootcNodes after two passes, want 150 each", n, len(bns.Items))
 	}
 }

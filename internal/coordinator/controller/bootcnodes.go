@@ -278,19 +278,6 @@ func (t targetsAfterGrants) granted(b *bootcNodeWriter, pool string, chain []pla
 	}
 }
 
-// createsPerPass is how many BootcNodes a pass creates at most: a wave
-// (the pool's resolved maxUnavailable), and at least one round of
-// concurrent writes (writeParallelism).
-func createsPerPass(pool *fleetv1.BootcNodePool, nodes []plan.Node) int {
-	members := 0
-	for _, n := range nodes {
-		if n.InPool {
-			members++
-		}
-	}
-	return max(writeParallelism, plan.ResolveBudget(pool.Spec.Rollout, members).MaxUnavailable)
-}
-
 // createBootcNodes creates cs concurrently (writeParallelism at a time),
 // started in cs's order.
 func (r *poolReconciler) createBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, cs []plan.BootcNodeChange) error {
