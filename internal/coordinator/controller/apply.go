@@ -68,11 +68,15 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 		r.writes.deleted(pool.Name, kindLease, l)
 	}
 
+	targets := newTargetsAfterGrants(w, out.UpdateBootcNodes)
 	for _, round := range slotRounds(out.Changes) {
 		written := make([]*coordinationv1.Lease, len(round))
 		err := r.parallel(ctx, len(round), func(ctx context.Context, i int) error {
 			l, err := r.applySlot(ctx, log, pool, w, w.leases[round[i][0].Slot], round[i], in.Now)
 			written[i] = l
+			if l != nil {
+				targets.granted(r.bootcNodes, pool.Name, round[i])
+			}
 			return err
 		})
 		for _, l := range written {
@@ -451,39 +455,30 @@ func (r *poolReconciler) uncordon(ctx context.Context, pool string, w *observed,
 	return nil
 }
 
+// applyBootcNodes creates the plan's new BootcNodes, hands changes of
+// existing ones to the background writer and deletes those of nodes that
+// left. Both go in the plan's order (the queue order, plan.membership): a
+// node stages only once its BootcNode asks for the target, and a pool's
+// creations take seconds at 1,000 nodes, so the first wave's nodes are
+// written first. A BootcNode this coordinator created that the cache does
+// not show yet is not created again (createdUnseen).
 func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, out plan.Output) error {
-	created := make([]*fleetv1.BootcNode, len(out.CreateBootcNodes))
-	err := r.parallel(ctx, len(out.CreateBootcNodes), func(ctx context.Context, i int) error {
-		c := out.CreateBootcNodes[i]
-		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
-		bn.SetNoPlatformImage(c.NoPlatformImage)
-		bn.SetRollout(c.RolloutState, c.RolloutReason)
-		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
-			return err
-		}
-		switch err := r.client.Create(ctx, bn); {
-		case err == nil:
-			r.writes.wrote(pool.Name, kindBootcNode, bn)
-			created[i] = bn
-			logBootcNode(log, "BootcNode created", c)
-		case !kerrors.IsAlreadyExists(err):
-			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
-		}
-		return nil
-	})
-	for _, bn := range created {
-		if bn != nil {
-			w.bootcNodes[bn.Name] = bn
+	// Pacing of writes, not a decision: the process's own clock.
+	now := time.Now()
+	inCache := func(name string) bool { return w.bootcNodes[name] != nil }
+	r.bootcNodes.pruneCreated(inCache, now)
+	creates := make([]plan.BootcNodeChange, 0, len(out.CreateBootcNodes))
+	for _, c := range out.CreateBootcNodes {
+		if !r.bootcNodes.createdUnseen(c.Name) {
+			creates = append(creates, c)
 		}
 	}
-	if err != nil {
+	if err := r.createBootcNodes(ctx, log, pool, w, creates); err != nil {
 		return err
 	}
 	// Existing BootcNodes are written in the background (bootcNodeWriter).
 	for _, c := range out.UpdateBootcNodes {
-		read := w.bootcNodes[c.Name]
-		onlyNotes := read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
-		r.bootcNodes.set(pool.Name, c, onlyNotes)
+		r.bootcNodes.set(pool.Name, c, onlyNotes(w, c))
 	}
 	for _, name := range out.DeleteBootcNodes {
 		bn := w.bootcNodes[name]

@@ -10,10 +10,13 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
@@ -35,9 +38,14 @@ type bootcNodeWriter struct {
 	writes *ownWrites
 	log    logr.Logger
 	queue  priorityqueue.PriorityQueue[string]
+	// workers write concurrently (bootcNodeWorkers).
+	workers int
 
 	mu   sync.Mutex
 	want map[string]bootcNodeWish // by node
+	// created: BootcNodes this coordinator created and its cache has not
+	// shown yet, and when each create returned (createdUnseen).
+	created map[string]time.Time
 }
 
 type bootcNodeWish struct {
@@ -66,7 +74,7 @@ var (
 
 func newBootcNodeWriter(c client.Client, writes *ownWrites, log logr.Logger) *bootcNodeWriter {
 	return &bootcNodeWriter{
-		client: c, writes: writes, log: log, want: map[string]bootcNodeWish{},
+		client: c, writes: writes, log: log, workers: bootcNodeWorkers, want: map[string]bootcNodeWish{}, created: map[string]time.Time{},
 		queue: priorityqueue.New("bootcnode-writes", func(o *priorityqueue.Opts[string]) {
 			o.RateLimiter = workqueue.DefaultTypedControllerRateLimiter[string]()
 			o.Log = log.WithName("queue")
@@ -83,6 +91,15 @@ const annotationDelay = time.Second
 // set asks for node's BootcNode to become c; onlyNotes says that c changes
 // only the coordinator's annotations. A node already queued keeps the
 // higher of its priorities and the sooner of its times.
+//
+// The order of the writes is the order of the calls, within a priority:
+// controller-runtime's priority queue hands out ready items by priority,
+// then by an added counter (priorityqueue.go, lessReady), which it takes
+// when an item is first queued, when its priority rises and when its After
+// delay ends; a node set again at the same priority keeps its place. The
+// controller sets a pass's changes in the plan's order (the queue order,
+// plan.membership), so spec changes are written in the order the nodes can
+// stage and then reboot: the first wave's before the next wave's.
 func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange, onlyNotes bool) {
 	b.mu.Lock()
 	b.want[c.Name] = bootcNodeWish{pool: pool, change: c, spec: !onlyNotes}
@@ -111,7 +128,7 @@ func (b *bootcNodeWriter) forget(node string) {
 // Start implements manager.Runnable (leader only, like the reconciler).
 func (b *bootcNodeWriter) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for range bootcNodeWorkers {
+	for range b.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -180,4 +197,114 @@ func (b *bootcNodeWriter) write(ctx context.Context, wish bootcNodeWish) error {
 	b.writes.wrote(wish.pool, kindBootcNode, bn)
 	logBootcNode(b.log.WithValues("pool", wish.pool), "BootcNode updated", c)
 	return nil
+}
+
+// createdFor is how long a BootcNode this coordinator created is taken to
+// exist while its cache does not show it: a pass planned before the watch
+// brought it in asks to create it again, which would cost the API server
+// a POST that fails with AlreadyExists (at 1,000 nodes a quarter of the
+// creations were such, 140 ms each on the loaded API server). After this
+// long a node still missing from the cache is created again: it may have
+// been deleted before the cache saw it.
+const createdFor = cacheWait
+
+// noteCreated records that this coordinator created node's BootcNode at now.
+func (b *bootcNodeWriter) noteCreated(node string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.created[node] = now
+}
+
+// pruneCreated forgets the creations the cache shows (cached says whether
+// it shows a BootcNode by that name) and those made createdFor or longer
+// before now.
+func (b *bootcNodeWriter) pruneCreated(cached func(string) bool, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for node, at := range b.created {
+		if cached(node) || now.Sub(at) >= createdFor || now.Before(at) {
+			delete(b.created, node)
+		}
+	}
+}
+
+// createdUnseen says whether node's BootcNode was created by this
+// coordinator and not yet forgotten by pruneCreated: the cache did not show
+// it yet, and it was created less than createdFor ago.
+func (b *bootcNodeWriter) createdUnseen(node string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.created[node]
+	return ok
+}
+
+// onlyNotes: c changes only the coordinator's annotations of the BootcNode
+// as read, not its spec.
+func onlyNotes(w *observed, c plan.BootcNodeChange) bool {
+	read := w.bootcNodes[c.Name]
+	return read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
+}
+
+// targetsAfterGrants hands the BootcNode writer a node's new target as soon
+// as the stage grant that goes out with it (amendment 29) is written, not
+// once every slot of the pass is: at 1,000 nodes a pass that grants 1,000
+// stage slots writes them for a second, and the first wave's targets would
+// wait behind the last grant. The Lease is still written before the patch
+// (amendment 29), and the targets are still handed over in the queue order,
+// as the grants are written in it (amendment 30); applyBootcNodes hands
+// over the rest, and a node handed over again keeps its place.
+type targetsAfterGrants map[string]plan.BootcNodeChange
+
+func newTargetsAfterGrants(w *observed, changes []plan.BootcNodeChange) targetsAfterGrants {
+	t := targetsAfterGrants{}
+	for _, c := range changes {
+		if !onlyNotes(w, c) {
+			t[c.Name] = c
+		}
+	}
+	return t
+}
+
+// granted hands over the targets of the nodes chain granted a stage slot to
+// (chain was written). Calls may run concurrently: t is only read.
+func (t targetsAfterGrants) granted(b *bootcNodeWriter, pool string, chain []plan.SlotChange) {
+	for _, c := range chain {
+		if c.Op != plan.OpGrant || c.Kind != lease.KindStage {
+			continue
+		}
+		if wish, ok := t[c.Node]; ok {
+			b.set(pool, wish, false)
+		}
+	}
+}
+
+// createBootcNodes creates cs concurrently (writeParallelism at a time),
+// started in cs's order.
+func (r *poolReconciler) createBootcNodes(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, cs []plan.BootcNodeChange) error {
+	created := make([]*fleetv1.BootcNode, len(cs))
+	err := r.parallel(ctx, len(cs), func(ctx context.Context, i int) error {
+		c := cs[i]
+		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
+		bn.SetNoPlatformImage(c.NoPlatformImage)
+		bn.SetRollout(c.RolloutState, c.RolloutReason)
+		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
+			return err
+		}
+		switch err := r.client.Create(ctx, bn); {
+		case err == nil:
+			r.writes.wrote(pool.Name, kindBootcNode, bn)
+			r.bootcNodes.noteCreated(bn.Name, time.Now())
+			created[i] = bn
+			logBootcNode(log, "BootcNode created", c)
+		case !kerrors.IsAlreadyExists(err):
+			return fmt.Errorf("creating BootcNode %s: %w", c.Name, err)
+		}
+		return nil
+	})
+	for _, bn := range created {
+		if bn != nil {
+			w.bootcNodes[bn.Name] = bn
+		}
+	}
+	return err
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
 
@@ -36,5 +38,46 @@ func TestBootcNodeWriterWritesSpecChangesFirst(t *testing.T) {
 		if got != w {
 			t.Fatalf("write %d: got %s (priority %d), want %s; order wanted %v", i, got, prio, w, want)
 		}
+	}
+}
+
+// A node's new target is handed to the writer as soon as the stage grant
+// written with it is (amendment 29's order, Lease first), before the rest
+// of the pass's slots; a change of the annotations alone, or a node granted
+// nothing, waits for applyBootcNodes.
+func TestTargetsAreHandedOverWithTheirStageGrants(t *testing.T) {
+	b := newBootcNodeWriter(nil, nil, logr.Discard())
+	defer b.queue.ShutDown()
+	spec := func(img string) fleetv1.BootcNodeSpec {
+		return fleetv1.BootcNodeSpec{Pool: "pool", DesiredImage: img}
+	}
+	w := &observed{bootcNodes: map[string]*fleetv1.BootcNode{}}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		w.bootcNodes[n] = &fleetv1.BootcNode{Spec: spec("old")}
+	}
+	changes := []plan.BootcNodeChange{
+		{Name: "a", Spec: spec("new"), RolloutState: fleetv1.RolloutStaging},
+		{Name: "b", Spec: spec("old"), RolloutState: fleetv1.RolloutDraining}, // notes only
+		{Name: "c", Spec: spec("new"), RolloutState: fleetv1.RolloutWaitingForStageSlot},
+		{Name: "d", Spec: spec("new"), RolloutState: fleetv1.RolloutStaging},
+	}
+	targets := newTargetsAfterGrants(w, changes)
+	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpRelease, Kind: lease.KindStage, Node: "x"}, {Op: plan.OpGrant, Kind: lease.KindStage, Node: "d"}})
+	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindReboot, Node: "b"}})
+	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindStage, Node: "a"}})
+	for _, want := range []string{"d", "a"} {
+		got, _, _ := b.queue.GetWithPriority()
+		b.queue.Done(got)
+		if got != want {
+			t.Fatalf("handed over %s, want %s (d then a, as their grants were written)", got, want)
+		}
+	}
+	if n := b.queue.Len(); n != 0 {
+		t.Fatalf("%d more handed over, want none: b changes only notes, c was granted nothing", n)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.want["d"].change.Spec.DesiredImage != "new" || !b.want["d"].spec {
+		t.Fatalf("d's wish %+v", b.want["d"])
 	}
 }

@@ -368,10 +368,11 @@ func (p *planner) countAfter(k lease.Kind) int {
 }
 
 // membership keeps one BootcNode per (unconflicted) pool node and removes
-// those of nodes that left.
+// those of nodes that left. It emits creations and changes in the queue
+// order (writeOrder), which the controller writes them in.
 func (p *planner) membership() {
 	holds := p.holdsAfter()
-	for _, name := range p.members {
+	for _, name := range p.writeOrder() {
 		n := p.nodes[name]
 		if p.conflicted(n) {
 			continue
@@ -418,6 +419,18 @@ func (p *planner) membership() {
 	}
 	sort.Strings(gone)
 	p.out.DeleteBootcNodes = gone
+}
+
+// writeOrder is the order of CreateBootcNodes and UpdateBootcNodes: the
+// order stage slots are offered in (stageQueue: the canaries, then the zone
+// rolling, then zone by zone, by name, a node whose last stage failed
+// behind the others), which is the order its nodes can stage in and so be
+// staged for a reboot grant. A node stages only once its BootcNode asks for
+// the target, and a pool's patches take a while to land (at 1,000 nodes
+// seconds), so written in this order the first wave's nodes have their
+// target before the next wave's, and the canaries before anyone.
+func (p *planner) writeOrder() []string {
+	return p.stageQueue()
 }
 
 func (p *planner) rebootPolicy() fleetv1.RebootPolicy {

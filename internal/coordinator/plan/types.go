@@ -309,6 +309,8 @@ type Output struct {
 	StartDrains []DrainStart
 	StopDrains  []string
 
+	// CreateBootcNodes and UpdateBootcNodes are in the queue order, the
+	// order to write them in (membership, amendment 30).
 	CreateBootcNodes []BootcNodeChange
 	UpdateBootcNodes []BootcNodeChange
 	DeleteBootcNodes []string
