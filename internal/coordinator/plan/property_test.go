@@ -325,7 +325,7 @@ func checkedStep(rt *rapid.T, w *world) {
 	in := w.input()
 	before := map[string]Slot{}
 	for _, s := range in.Slots {
-		before[s.Name] = s
+		before[s.Name], _ = w.slot(w.leases[s.Name]) // a stage slot's phase from its holder's report
 	}
 	out := Plan(in)
 
@@ -356,7 +356,8 @@ func checkedStep(rt *rapid.T, w *world) {
 			if q := out.Status.Quarantine; q != nil {
 				rt.Fatalf("grant %+v while %s is quarantined", c, q.Digest)
 			}
-			if (before[c.Slot].State != SlotFree && !freed[c.Slot]) || granted[c.Slot] {
+			// A finished stage slot is handed on as a free one (amendment 30).
+			if (before[c.Slot].State != SlotFree && before[c.Slot].Phase != PhaseFinished && !freed[c.Slot]) || granted[c.Slot] {
 				rt.Fatalf("grant of slot %s that was not free: %+v (freed in this pass %v, granted already %v)", c.Slot, before[c.Slot], freed[c.Slot], granted[c.Slot])
 			}
 			granted[c.Slot] = true
@@ -437,13 +438,20 @@ func checkedStep(rt *rapid.T, w *world) {
 			rt.Fatalf("after stage grants: %d stage slots held > maxStaging %d", held, b.MaxStaging)
 		}
 	}
-	holders := map[string]int{}
+	// One live grant per node: a finished stage slot (amendment 30) is no
+	// longer its holder's work, and is held beside at most one other.
+	holders, finished := map[string]int{}, map[string]int{}
 	for _, l := range w.leases {
-		if s, ok := ParseSlot(poolName, l); ok && s.State == SlotHeld {
+		s, ok := w.slot(l)
+		switch {
+		case !ok || s.State != SlotHeld:
+		case s.Phase == PhaseFinished:
+			finished[s.Grant.Holder]++
+		default:
 			holders[s.Grant.Holder]++
-			if holders[s.Grant.Holder] > 1 {
-				rt.Fatalf("node %s holds more than one slot", s.Grant.Holder)
-			}
+		}
+		if holders[s.Grant.Holder] > 1 {
+			rt.Fatalf("node %s holds more than one live slot", s.Grant.Holder)
 		}
 	}
 }

@@ -26,7 +26,18 @@ var Transitions = transitions(
 	// onStaging, and holderOf for every phase (the holder's Node deleted,
 	// or out of the pool).
 	edges(PhaseStaging, OpRelease, PhaseFree, WhyStaged, WhyExpired, WhyNodeDeleted),
-	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyReleasedByAgent, WhyStageTimedOut, WhyLeftPool, WhyQuarantined),
+	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyReleasedByAgent, WhyStageTimedOut, WhyLeftPool, WhyQuarantined),
+	// The holder's report, not a write, moves a stage grant between
+	// Staging and Finished (StageFinished): it staged the image locked,
+	// booted it, or rebooted; its staged deployment went in the grant's
+	// boot. A finished slot is handed on by a grant (grant.go), released
+	// only beyond a shrunk maxStaging (onFinished) or when its holder left
+	// (holderOf), as a Staging one.
+	edges(PhaseStaging, OpReport, PhaseFinished, WhyStaged, WhyBooted, WhyRebooted),
+	edges(PhaseFinished, OpReport, PhaseStaging, WhyStageGone),
+	edges(PhaseFinished, OpGrant, PhaseStaging, WhyEligible),
+	edges(PhaseFinished, OpRelease, PhaseFree, WhySurplus),
+	edges(PhaseFinished, OpRevoke, PhaseFree, WhyLeftPool),
 	// onDraining and drain.
 	edges(PhaseDraining, OpCordon, PhaseDraining, WhyCordon),
 	edges(PhaseDraining, OpAdvance, PhaseRebooting, WhyDrained),
