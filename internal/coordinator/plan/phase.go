@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"math"
+
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 )
@@ -142,3 +144,29 @@ func (ph SlotPhase) afterDrain() bool {
 
 // Grant reports whether the phase is a valid grant's (neither free nor malformed).
 func (ph SlotPhase) Grant() bool { return ph != PhaseFree && ph != PhaseMalformed }
+
+// InputSlots are in's slots with their phases as the planner finds them, a
+// stage slot's from its holder's report in in (WithFinished): for the
+// controller's metrics, which must not count a finished slot as held.
+func InputSlots(in Input) []Slot {
+	nodes := make(map[string]Node, len(in.Nodes))
+	for _, n := range in.Nodes {
+		nodes[n.Name] = n
+	}
+	bns := make(map[string]*fleetv1.BootcNode, len(in.BootcNodes))
+	for i := range in.BootcNodes {
+		bns[in.BootcNodes[i].Name] = &in.BootcNodes[i]
+	}
+	return WithFinished(in.Slots, func(name string) (Node, *fleetv1.BootcNodeStatus, bool) {
+		n, ok := nodes[name]
+		if !ok {
+			return Node{}, nil, false
+		}
+		bn := bns[name]
+		if bn == nil || in.Pool == nil || bn.Spec.Pool != in.Pool.Name || !lease.ValidBootID(n.BootID) || bn.Status.BootID != n.BootID ||
+			bn.Status.SoftRebootCount < 0 || bn.Status.SoftRebootCount > math.MaxUint32 {
+			return n, nil, true
+		}
+		return n, &bn.Status, true
+	}, in.Pool != nil && in.Pool.Spec.RequireSignedImages)
+}

@@ -207,7 +207,7 @@ func (sc scenario) play(t *testing.T) string {
 func writePass(b *strings.Builder, pass int, w *world, in Input, out Output, seen []Transition) {
 	fmt.Fprintf(b, "\npass %d at +%s, target %s\n", pass, in.Now.Sub(t0), imgLabel(in.Target.String()))
 	var slots []string
-	for _, s := range WithFinished(in.Slots, holderIn(in), in.Pool.Spec.RequireSignedImages) {
+	for _, s := range InputSlots(in) {
 		desc := fmt.Sprintf("%s %s", strings.TrimPrefix(s.Name, poolName+"-"), s.Phase)
 		if s.Holder != "" {
 			desc += " " + s.Holder
@@ -360,22 +360,4 @@ func firstDiff(want, got string) string {
 		}
 	}
 	return ""
-}
-
-// holderIn finds a slot holder's Node and fresh report in in, as the planner does.
-func holderIn(in Input) func(string) (Node, *fleetv1.BootcNodeStatus, bool) {
-	return func(name string) (Node, *fleetv1.BootcNodeStatus, bool) {
-		for _, n := range in.Nodes {
-			if n.Name != name {
-				continue
-			}
-			for i := range in.BootcNodes {
-				if bn := &in.BootcNodes[i]; bn.Name == name && bn.Spec.Pool == in.Pool.Name && bn.Status.BootID == n.BootID {
-					return n, &bn.Status, true
-				}
-			}
-			return n, nil, true
-		}
-		return Node{}, nil, false
-	}
 }
