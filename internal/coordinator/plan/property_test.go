@@ -361,6 +361,15 @@ func checkedStep(rt *rapid.T, w *world) {
 				rt.Fatalf("grant of slot %s that was not free: %+v (freed in this pass %v, granted already %v)", c.Slot, before[c.Slot], freed[c.Slot], granted[c.Slot])
 			}
 			granted[c.Slot] = true
+			// A node's next stage takes its own finished slot (amendment
+			// 30), so no old grant of it is left behind.
+			if c.Kind == lease.KindStage {
+				for name, s := range before {
+					if s.Phase == PhaseFinished && s.Holder == c.Node && name != c.Slot && s.Index < ResolveBudget(w.pool.Spec.Rollout, inPool(in)).MaxStaging && !grantedTo(out, name) {
+						rt.Fatalf("stage grant %+v in %s while the node's own finished slot %s stays behind", c, c.Slot, name)
+					}
+				}
+			}
 			if want, ok := expectedFor(w, c.Node); !ok || want != c.Image || w.resolveErr != "" || w.pool.Spec.Rollout.Paused {
 				rt.Fatalf("grant %+v with the node's target %s (pool target %s), resolve error %q, paused %v", c, want, w.target, w.resolveErr, w.pool.Spec.Rollout.Paused)
 			}
@@ -499,4 +508,25 @@ func describeNodes(w *world) string {
 		s += fmt.Sprintf("\n  lease %s holder=%v ann=%v", name, ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations)
 	}
 	return s
+}
+
+// grantedTo: out grants slot.
+func grantedTo(out Output, slot string) bool {
+	for _, c := range out.Changes {
+		if c.Op == OpGrant && c.Slot == slot {
+			return true
+		}
+	}
+	return false
+}
+
+// inPool counts in's pool members.
+func inPool(in Input) int {
+	c := 0
+	for _, n := range in.Nodes {
+		if n.InPool {
+			c++
+		}
+	}
+	return c
 }
