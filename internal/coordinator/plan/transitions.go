@@ -2,9 +2,11 @@ package plan
 
 // Transition is one phase change the planner makes to a slot: a change
 // (its Op and Why) that takes the slot From one phase To another, as the
-// Lease it writes reads back (ApplyToLease, then ParseSlot and PhaseOf). A
-// change that keeps the phase (a cordon, a back-since record while Failed)
-// is listed too, From and To equal.
+// Lease it writes reads back (ApplyToLease, then ParseSlot and PhaseOf, a
+// stage slot's phase with its holder's report: WithFinished). A change that
+// keeps the phase (a cordon, a back-since record while Failed) is listed
+// too, From and To equal; OpReport names the phase changes a holder's
+// report makes with no write (Staging <-> Finished, amendment 30).
 type Transition struct {
 	From SlotPhase
 	Op   Op
