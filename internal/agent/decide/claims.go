@@ -89,7 +89,8 @@ func releasesStage(reason string) bool {
 // StageFinished reports whether the agent is done with stage grant g (held
 // by this node): issued in another boot (void in this one), or its image
 // staged and locked (download-only), verified when signed images are
-// required, as a status read in the grant's boot shows. The agent neither
+// required, as a status read in the grant's boot shows, with no stage
+// process still running (bootc can show the stage before it returns). The agent neither
 // lists it nor uses it while that holds (rule 4 needs no stage grant for a
 // locked stage): the coordinator reads the same from the report and hands
 // its slot on lazily (docs/design.md, amendment 30). Should the locked
@@ -103,7 +104,7 @@ func StageFinished(o Observation, g lease.Grant) bool {
 	if !grantedIn(g, o.Boot) {
 		return true
 	}
-	if o.Status.Unavailable != "" || o.Status.ReadIn != o.Boot || !o.Status.Staged.Is(g.Image) || !o.Status.Staged.DownloadOnly {
+	if o.InFlight != nil || o.Status.Unavailable != "" || o.Status.ReadIn != o.Boot || !o.Status.Staged.Is(g.Image) || !o.Status.Staged.DownloadOnly {
 		return false
 	}
 	return !o.RequireSigned || o.Status.Staged.verified()

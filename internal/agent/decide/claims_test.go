@@ -64,6 +64,13 @@ func TestClaims(t *testing.T) {
 			o.Grants = []HeldGrant{stage}
 			return o
 		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{}},
+		{"a stage grant is listed while its stage runs, though bootc shows the image staged locked", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
+			o.Grants = []HeldGrant{stage}
+			img := imgV2
+			o.InFlight = &img
+			return o
+		}, Action{Phase: fleetv1.PhaseStaging}, map[string]string{stage.Lease: ""}},
 		{"a stage grant whose image is staged unlocked is listed: the agent locks it under it", func() Observation {
 			o := withStaged(base(), &Deployment{Image: imgV2})
 			o.Grants = []HeldGrant{stage}

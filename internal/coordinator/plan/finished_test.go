@@ -52,6 +52,11 @@ func TestStageFinished(t *testing.T) {
 	}{
 		{"staged locked in the grant's boot", n, st(imgV0.Digest, imgV1.Digest, true, 2), false, true},
 		{"staged, not locked: it may lock it under the grant", n, st(imgV0.Digest, imgV1.Digest, false, 2), false, false},
+		{"staged locked, but its agent still reports Staging: the stage has not returned", n, func() *fleetv1.BootcNodeStatus {
+			s := st(imgV0.Digest, imgV1.Digest, true, 2)
+			s.Phase = fleetv1.PhaseStaging
+			return s
+		}(), false, false},
 		{"staged unverified while signed images are required", n, st(imgV0.Digest, imgV1.Digest, true, 2), true, false},
 		{"another image staged", n, st(imgV0.Digest, imgV2.Digest, true, 2), false, false},
 		{"nothing staged yet", n, st(imgV0.Digest, "", false, 2), false, false},

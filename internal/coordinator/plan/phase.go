@@ -117,7 +117,8 @@ func WithFinished(slots []Slot, holder func(name string) (n Node, st *fleetv1.Bo
 // none): n is in another boot than the grant's (the kubelet's boot ID, or
 // the agent's soft-reboot count), where the grant is void for its agent
 // (I5); or st shows the grant's image booted; or st, in the grant's boot,
-// shows it staged and locked (download-only), verified when requireSigned.
+// shows it staged and locked (download-only), verified when requireSigned,
+// and its phase is no longer Staging.
 // The agent lists no such grant and never stages under it while it stays
 // so (decide.StageFinished); its slot is handed on lazily (amendment 30).
 func StageFinished(g lease.Grant, n Node, st *fleetv1.BootcNodeStatus, requireSigned bool) bool {
@@ -133,7 +134,10 @@ func StageFinished(g lease.Grant, n Node, st *fleetv1.BootcNodeStatus, requireSi
 	if onDigest(st.Booted, g.Image.Digest) {
 		return true
 	}
-	return onDigest(st.Staged, g.Image.Digest) && st.Staged.DownloadOnly && (!requireSigned || st.Staged.Verified())
+	// Staged and locked, and the agent no longer reports Staging (bootc can
+	// show the stage before its process returns; the agent reports Staging
+	// until it does).
+	return onDigest(st.Staged, g.Image.Digest) && st.Staged.DownloadOnly && (!requireSigned || st.Staged.Verified()) && st.Phase != fleetv1.PhaseStaging
 }
 
 // afterDrain: a reboot grant in the Lease's phase Reboot (the holder may
