@@ -222,3 +222,23 @@ func TestSurplusFinishedSlotIsReleasedThenDeleted(t *testing.T) {
 		t.Fatalf("stage-0 is %s, want it kept %s", s.Phase, PhaseFinished)
 	}
 }
+
+// A stage the agent still reports Staging has not returned, though bootc
+// shows the image staged: the slot stays live, neither finished nor
+// released, until the agent reports otherwise (amendment 30).
+func TestStagedWhileStagingKeepsTheSlotLive(t *testing.T) {
+	for _, locked := range []bool{true, false} {
+		w := settled(2, 1, 1)
+		w.step()
+		w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaging)
+		w.bns["node-00"].Status.Staged.DownloadOnly = locked
+		if s, _ := w.slot(w.leases["workers-stage-0"]); s.Phase != PhaseStaging {
+			t.Fatalf("locked %v: stage-0 is %s, want %s", locked, s.Phase, PhaseStaging)
+		}
+		for _, c := range w.step().Changes {
+			if c.Kind == lease.KindStage {
+				t.Fatalf("locked %v: wrote %+v while the stage has not returned", locked, c)
+			}
+		}
+	}
+}

@@ -335,14 +335,15 @@ func (p *planner) onFinished(h heldSlot) {
 
 // onStaging: a stage grant its holder is not done with (a finished one is
 // onFinished). Released once its holder staged the image without locking
-// it (it may not lock it, then); revoked when it is no longer wanted, its
-// agent let go of it, or it outlived stageTimeout; released when its
-// holder went quiet for a lease duration.
+// it and no longer reports Staging (its stage returned; it may not lock it
+// then); revoked when it is no longer wanted, its agent let go of it, or it
+// outlived stageTimeout; released when its holder went quiet for a lease
+// duration.
 func (p *planner) onStaging(h heldSlot) {
 	s, n, st, g := h.Slot, h.n, h.st, h.Grant
 	claim, claimed := claimOf(st, g.ID)
 	switch {
-	case st != nil && p.stagedForReboot(st, g.Image):
+	case st != nil && st.Phase != fleetv1.PhaseStaging && p.stagedForReboot(st, g.Image):
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventStaged, "node %s staged %s (not locked); released stage slot %s", n.Name, g.Image, s.Name)
 	case p.quarantined():
