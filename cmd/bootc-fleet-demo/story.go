@@ -26,7 +26,7 @@ const (
 // story is what the acts found, for the summary.
 type story struct {
 	changedAt, firstDone    time.Duration // act 1: image changed, converged
-	badAt, caughtAt, backAt time.Duration // act 2: v3 set, quarantined, canary back and every slot free
+	badAt, caughtAt, backAt time.Duration // act 2: v3 set, quarantined, canary back and every slot free or finished
 	goodAt, doneAt          time.Duration // act 3: v4 set, converged
 	badFrom, badTo          int64         // act 2's events: Seq in (badFrom, badTo]
 	previous                string        // what the pool ran before the bad image
@@ -114,7 +114,7 @@ func (d *demo) actRollout(ctx context.Context, f *sim.ProcFleet, st *story) erro
 	}
 	st.firstDone = time.Since(d.start)
 	d.scr.snapshot(render(collect(ctx, f, d.start)))
-	d.step("converged: every node booted %s, Ready, uncordoned, every slot free", labelOf(f.Images(), st.target))
+	d.step("converged: every node booted %s, Ready, uncordoned, every slot free or finished (a stage slot is handed on lazily)", labelOf(f.Images(), st.target))
 	return nil
 }
 
@@ -133,7 +133,7 @@ func (d *demo) changeImage(ctx context.Context, f *sim.ProcFleet, s snap) (strin
 
 // actBadImage pushes v3, which boots but breaks the host, points the pool
 // at it, and waits until the canary failed its gate, v3 is quarantined, and
-// the canary is back on the previous image with every slot free.
+// the canary is back on the previous image with every slot free or finished.
 func (d *demo) actBadImage(ctx context.Context, f *sim.ProcFleet, st *story) error {
 	bad, err := f.PushBad(tagBad)
 	if err != nil {
@@ -170,7 +170,7 @@ func (d *demo) actBadImage(ctx context.Context, f *sim.ProcFleet, st *story) err
 	}
 	st.backAt, st.badTo = time.Since(d.start), lastSeq(f)
 	d.scr.snapshot(render(collect(ctx, f, d.start)))
-	d.step("%s is back on %s, every node Ready, uncordoned, every slot free; %s stays quarantined while the pool names it",
+	d.step("%s is back on %s, every node Ready, uncordoned, every slot free or finished (a stage slot is handed on lazily); %s stays quarantined while the pool names it",
 		st.quarantine.Node, labelOf(f.Images(), st.previous), tagBad)
 	return nil
 }
@@ -214,7 +214,7 @@ func (d *demo) actGoodImage(ctx context.Context, f *sim.ProcFleet, st *story) er
 	}
 	st.doneAt = time.Since(d.start)
 	d.scr.snapshot(render(collect(ctx, f, d.start)))
-	d.step("converged: every node booted %s, Ready, uncordoned, every slot free", labelOf(f.Images(), good))
+	d.step("converged: every node booted %s, Ready, uncordoned, every slot free or finished (a stage slot is handed on lazily)", labelOf(f.Images(), good))
 	return nil
 }
 

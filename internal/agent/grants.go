@@ -84,7 +84,7 @@ func (r *runner) confirmed(e decide.Effect) {
 }
 
 // reportEvery is how often the agent reports when nothing changes: while it
-// holds a grant, HeartbeatsPerLease times per lease duration (the
+// holds a grant it lists, HeartbeatsPerLease times per lease duration (the
 // coordinator expires a stage grant after a lease duration without one);
 // while it has rollout work (any phase but Idle) every ActiveReportInterval,
 // so the pool can tell a quiet agent within minutes; otherwise every
@@ -102,6 +102,9 @@ func (r *runner) reportEvery(phase string) time.Duration {
 	for _, h := range r.st.Grants {
 		if !decide.Heartbeated(h.Grant) {
 			continue // not listed while the node drains (amendment 18)
+		}
+		if decide.StageFinished(r.st.Last.Obs, h.Grant) {
+			continue // done with, not listed: handed on lazily (amendment 31)
 		}
 		every = min(every, h.Duration/lease.HeartbeatsPerLease)
 	}

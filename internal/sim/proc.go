@@ -51,6 +51,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -61,6 +62,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/controlplane"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
 
@@ -398,10 +400,12 @@ func (f *ProcFleet) PoolStatus(ctx context.Context) (fleetv1.BootcNodePoolStatus
 }
 
 // Converged reports whether every node is up, Ready, uncordoned, booted on
-// target and Idle, and no slot of the pool is held; otherwise it names
-// what is still pending.
+// target and Idle, and no slot of the pool is held but stage slots whose
+// holders are done with them (plan.StageFinished: released lazily,
+// amendment 31); otherwise it names what is still pending.
 func (f *ProcFleet) Converged(ctx context.Context, target string) (bool, string) {
 	var pending []string
+	bns := map[string]*fleetv1.BootcNode{}
 	nodes, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false, err.Error()
@@ -423,18 +427,37 @@ func (f *ProcFleet) Converged(ctx context.Context, target string) (bool, string)
 		bn := &fleetv1.BootcNode{}
 		if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: n.Name}, bn); err != nil || bn.Status.Phase != fleetv1.PhaseIdle {
 			pending = append(pending, n.Name+"("+string(bn.Status.Phase)+")")
+			continue
 		}
+		bns[n.Name] = bn
 	}
 	leases, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + f.Pool})
 	if err != nil {
 		return false, err.Error()
 	}
 	for _, l := range leases.Items {
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && !finishedStage(f.Pool, &l, byName, bns) {
 			pending = append(pending, l.Name+" held by "+*l.Spec.HolderIdentity)
 		}
 	}
 	return len(pending) == 0, strings.Join(pending, ", ")
+}
+
+// finishedStage: l is a stage slot whose holder, converged (its BootcNode in
+// bns), is done with it, as the coordinator reads it (plan.StageFinished).
+func finishedStage(pool string, l *coordinationv1.Lease, nodes map[string]corev1.Node, bns map[string]*fleetv1.BootcNode) bool {
+	s, ok := plan.ParseSlot(pool, l)
+	bn, converged := bns[s.Holder]
+	kn, exists := nodes[s.Holder]
+	if !ok || s.State != plan.SlotHeld || s.Kind != lease.KindStage || !converged || !exists {
+		return false
+	}
+	n := plan.Node{Name: kn.Name, BootID: kn.Status.NodeInfo.BootID}
+	var st *fleetv1.BootcNodeStatus
+	if bn.Status.BootID == n.BootID {
+		st = &bn.Status
+	}
+	return plan.StageFinished(s.Grant, n, st, false)
 }
 
 // NodeReady says whether n's Ready condition is True.

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
@@ -115,11 +118,32 @@ func heldSlots(ctx context.Context, f *Fleet, pool string) []string {
 	}
 	var out []string
 	for _, l := range ls.Items {
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && !finishedStage(ctx, f, pool, &l) {
 			out = append(out, l.Name+"="+*l.Spec.HolderIdentity)
 		}
 	}
 	return out
+}
+
+// finishedStage: l is a stage slot whose holder is done with it, as the
+// coordinator reads it (plan.StageFinished): it stays held until the next
+// stage grant hands it on (amendment 31).
+func finishedStage(ctx context.Context, f *Fleet, pool string, l *coordinationv1.Lease) bool {
+	s, ok := plan.ParseSlot(pool, l)
+	if !ok || s.State != plan.SlotHeld || s.Kind != lease.KindStage {
+		return false
+	}
+	kn, err := f.Kube.CoreV1().Nodes().Get(ctx, s.Holder, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	n := plan.Node{Name: s.Holder, BootID: kn.Status.NodeInfo.BootID}
+	bn := &fleetv1.BootcNode{}
+	var st *fleetv1.BootcNodeStatus
+	if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: s.Holder}, bn); err == nil && bn.Status.BootID == n.BootID {
+		st = &bn.Status
+	}
+	return plan.StageFinished(s.Grant, n, st, false)
 }
 
 // cordoned lists the pool's Nodes that are unschedulable.

@@ -19,9 +19,12 @@ type Claim struct {
 
 // Claims returns the grants to list in the report of action a: every grant
 // this node holds in the current boot for the image it is moving to, unless
-// the coordinator marked it failed or a reboot already spent it; a stage
-// grant issued in another boot is listed as released (GrantedInAnotherBoot);
-// a reboot grant of this boot only once it is in phase Reboot. A stage
+// the coordinator marked it failed or a reboot already spent it; a reboot
+// grant of this boot only once it is in phase Reboot. A stage grant the
+// agent is done with (StageFinished: its image staged and locked in the
+// grant's boot, or a grant of another boot, void in this one) is not
+// listed: the coordinator sees as much in the report and hands its slot on
+// when another node needs it (amendment 31). A stage
 // grant is released when the stage failed lease.MaxStageAttempts times under
 // it, or when a is a Degraded verdict (the agent cannot use the grant, so it
 // must not keep the slot from the next node). A reboot grant is released
@@ -44,7 +47,9 @@ func Claims(o Observation, a Action) []Claim {
 			// went down some other way, and a locked stage went with it).
 			switch {
 			case g.Kind == lease.KindStage:
-				out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonGrantedInAnotherBoot})
+				// Finished (amendment 31): its slot is the coordinator's
+				// to hand on, by the kubelet's boot ID and the agent's
+				// soft-reboot count, without a word.
 			case !spent(o, g.ID) && (!o.Record.Present || o.Record.Grant != g.ID) && o.Record.Unreadable == "":
 				out = append(out, Claim{ID: g.ID, Released: fleetv1.ReasonRebootGrantUnused})
 			}
@@ -54,7 +59,7 @@ func Claims(o Observation, a Action) []Claim {
 		if (o.Record.Present && g.ID == o.Record.Grant) || (g.Kind == lease.KindReboot && g.Rollback) {
 			wanted = true // a rollback grant's image is not the desired one until the coordinator says so
 		}
-		if !wanted {
+		if !wanted || StageFinished(o, g.Grant) {
 			continue
 		}
 		c := Claim{ID: g.ID}
@@ -79,4 +84,28 @@ func Claims(o Observation, a Action) []Claim {
 // failed once are passing: the grant is kept.
 func releasesStage(reason string) bool {
 	return reason != fleetv1.ReasonStageFailed && reason != fleetv1.ReasonStatusUnavailable
+}
+
+// StageFinished reports whether the agent is done with stage grant g (held
+// by this node): issued in another boot (void in this one), or its image
+// staged and locked (download-only), verified when signed images are
+// required, as a status read in the grant's boot shows, with no stage
+// process still running (bootc can show the stage before it returns). The agent neither
+// lists it nor uses it while that holds (rule 4 needs no stage grant for a
+// locked stage): the coordinator reads the same from the report and hands
+// its slot on lazily (docs/design.md, amendment 31). Should the locked
+// stage go in the grant's boot, the grant is live again and, its heartbeat
+// cleared while it was finished (State.view), is listed before it is
+// used, as a new grant is.
+func StageFinished(o Observation, g lease.Grant) bool {
+	if g.Kind != lease.KindStage || g.Holder != o.Node || !o.Boot.Known() {
+		return false
+	}
+	if !grantedIn(g, o.Boot) {
+		return true
+	}
+	if o.InFlight != nil || o.Status.Unavailable != "" || o.Status.ReadIn != o.Boot || !o.Status.Staged.Is(g.Image) || !o.Status.Staged.DownloadOnly {
+		return false
+	}
+	return !o.RequireSigned || o.Status.Staged.verified()
 }

@@ -58,7 +58,35 @@ func TestClaims(t *testing.T) {
 			g.Phase = lease.PhaseDraining
 			o.Grants = []HeldGrant{stage, g}
 			return o
-		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{stage.Lease: ""}},
+		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{}},
+		{"a stage grant whose image is staged locked is finished and not listed (amendment 31)", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{}},
+		{"a stage grant is listed while its stage runs, though bootc shows the image staged locked", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
+			o.Grants = []HeldGrant{stage}
+			img := imgV2
+			o.InFlight = &img
+			return o
+		}, Action{Phase: fleetv1.PhaseStaging}, map[string]string{stage.Lease: ""}},
+		{"a stage grant whose image is staged unlocked is listed: the agent locks it under it", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2})
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaging}, map[string]string{stage.Lease: ""}},
+		{"a finished stage grant whose locked stage is gone is listed again", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV1, DownloadOnly: true})
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaging}, map[string]string{stage.Lease: ""}},
+		{"a stage grant staged unverified while signed images are required is listed", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true, Signature: fleetv1.SignatureInsecure})
+			o.RequireSigned = true
+			o.Grants = []HeldGrant{stage}
+			return o
+		}, Action{Phase: fleetv1.PhaseStaging}, map[string]string{stage.Lease: ""}},
 		{"a reboot grant is never released by the agent, even Degraded", func() Observation {
 			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
 			o.Grants = []HeldGrant{reboot}
@@ -97,17 +125,17 @@ func TestClaims(t *testing.T) {
 			o.Spent = []lease.ID{reboot.ID}
 			return o
 		}, Action{Phase: fleetv1.PhaseStaged}, map[string]string{}},
-		{"a grant of another boot is listed as released", func() Observation {
+		{"a stage grant of another boot is void and not listed: the coordinator hands it on (amendment 31)", func() Observation {
 			o := base()
 			o.Grants = []HeldGrant{grant(lease.KindStage, imgV2, bootB, "")}
 			return o
-		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{stage.Lease: fleetv1.ReasonGrantedInAnotherBoot}},
-		{"a stage grant from before a soft reboot is listed as released", func() Observation {
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{}},
+		{"a stage grant from before a soft reboot is void and not listed", func() Observation {
 			o := base()
 			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1
 			o.Grants = []HeldGrant{stage}
 			return o
-		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{stage.Lease: fleetv1.ReasonGrantedInAnotherBoot}},
+		}, Action{Phase: fleetv1.PhaseWaiting}, map[string]string{}},
 		{"the reboot grant a soft reboot was issued under is not listed after it", func() Observation {
 			o := recorded(base(), idA(), t0.Add(-time.Minute))
 			o.Boot.SoftRebootCount, o.Status.ReadIn.SoftRebootCount = 1, 1

@@ -73,13 +73,17 @@ type history struct {
 	requested map[lease.ID]bool
 	// used: grants whose reboot happened (the host went down after it).
 	used map[lease.ID]bool
-	fail string
+	// finished: stage grants the agent was done with (StageFinished) in
+	// some decision, and no accepted report has listed since (amendment
+	// 31): none of them may be used for a stage.
+	finished map[lease.ID]bool
+	fail     string
 }
 
 func runHistory(seed int64, seen map[[2]Phase]bool) (fail string) {
 	rng := rand.New(rand.NewSource(seed))
 	w := newWorld(t0)
-	h := &history{w: w, rebooted: map[lease.ID]bool{}, requested: map[lease.ID]bool{}, used: map[lease.ID]bool{}}
+	h := &history{w: w, rebooted: map[lease.ID]bool{}, requested: map[lease.ID]bool{}, used: map[lease.ID]bool{}, finished: map[lease.ID]bool{}}
 	var log []string
 	w.check = func(before State, in Input, after State, effs []Effect) {
 		if h.fail != "" {
@@ -165,6 +169,12 @@ func (h *history) act(rng *rand.Rand) string {
 		w.stageEnds(how)
 		return "stage " + how
 	case r < 52:
+		if rng.Intn(8) == 0 && w.staged != nil && w.staged.DownloadOnly {
+			// The locked stage goes in this boot (a person, a cleanup): a
+			// finished stage grant becomes live again (amendment 31).
+			w.staged = nil
+			return "staged deployment removed"
+		}
 		w.report()
 		return "report accepted"
 	case r < 60:
@@ -246,7 +256,25 @@ func (h *history) checkStep(before State, in Input, after State, effs []Effect) 
 			return e.String() + ": " + msg + " (decision " + after.Last.Action.String() + ")"
 		}
 	}
+	if in.Reported != nil {
+		for _, id := range in.Reported.Grants {
+			delete(h.finished, id)
+		}
+	}
 	if in.Observe != nil {
+		for _, g := range after.Last.Obs.Grants {
+			if StageFinished(after.Last.Obs, g.Grant) {
+				h.finished[g.ID] = true
+				if !g.LastHeartbeat.IsZero() {
+					return "a finished stage grant kept its heartbeat: it could be used again unlisted"
+				}
+			}
+		}
+		for _, c := range Claims(after.Last.Obs, after.Last.Action) {
+			if h, ok := after.Held(c.ID); ok && c.Released == "" && StageFinished(after.Last.Obs, h.Grant) {
+				return "a finished stage grant is listed: " + c.ID.String()
+			}
+		}
 		a, o := after.Last.Action, after.Last.Obs
 		if a.Kind == ClearRecord && a.Reason == fleetv1.ReasonBootedUnexpectedImage && w.now.Before(o.SettleDeadline) {
 			return "gave the BootedUnexpectedImage verdict before the settle deadline"
@@ -275,6 +303,9 @@ func (h *history) checkEffect(before State, _ Input, _ State, e Effect) string {
 			return "a stage decided on a status of another boot"
 		}
 	case EffectStage:
+		if h.finished[e.Grant.ID] {
+			return "a stage under a finished grant no accepted report listed since (amendment 31)"
+		}
 		return h.current(e, lease.ActionStage)
 	case EffectUnlock:
 		return h.current(e, lease.ActionReboot)

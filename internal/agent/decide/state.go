@@ -278,12 +278,22 @@ func (s *State) view(o Observation, now time.Time, partial bool) Observation {
 		}
 		o.RebootIssued = s.RebootIssued != nil && *s.RebootIssued == o.Record.Grant
 	}
-	o.Grants = append([]HeldGrant(nil), s.Grants...)
 	o.InFlight, o.InFlightStarted, o.InFlightTimeout = nil, time.Time{}, 0
 	if st := s.Stage; st != nil {
 		img := st.Image
 		o.InFlight, o.InFlightStarted, o.InFlightTimeout = &img, st.Started, st.Timeout
 	}
+	// A stage grant the agent is done with is not listed (amendment 31):
+	// it keeps no heartbeat, so should its locked stage go in this boot it
+	// is used again only once a report lists it anew, as a new grant is.
+	// A copy: the caller's State shares the slice (Step is pure).
+	s.Grants = append([]HeldGrant(nil), s.Grants...)
+	for i := range s.Grants {
+		if StageFinished(o, s.Grants[i].Grant) {
+			s.Grants[i].LastHeartbeat = time.Time{}
+		}
+	}
+	o.Grants = append([]HeldGrant(nil), s.Grants...)
 	o.LastStageFailure = s.StageFail
 	return o
 }

@@ -285,26 +285,32 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 		t.Fatalf("notifications: %q", h.notify.lines)
 	}
 
-	// A stage grant from another boot is void: the agent says so and lets it go.
-	other, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, testbootc.NewBootID(), "")
+	// A stage grant from another boot is void: the agent neither uses nor
+	// lists it (the coordinator hands its slot on, amendment 31).
+	other, err := h.k.Grant(ctx, lease.KindStage, 1, h.node, imgV2, testbootc.NewBootID(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("the other-boot grant listed as released", testcoord.Lists(other, fleetv1.ReasonGrantedInAnotherBoot))
-	if n, _ := h.bootc.counts(); n != 0 {
-		t.Fatalf("staged under a grant issued in another boot")
-	}
 
-	// Granted in this boot: stage, locked.
-	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
+	// Granted in this boot: stage, locked; finished, the grant is listed no more.
+	granted, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	staged := h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
 	if s := h.m.State().Staged; s == nil || s.Image != imgV2 || !s.DownloadOnly {
 		t.Fatalf("staged = %+v, want %s download-only", s, imgV2)
 	}
-	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil {
-		t.Fatal(err)
+	if n, _ := h.bootc.counts(); n != 1 {
+		t.Fatalf("%d switches, want 1 (under %s only)", n, granted)
+	}
+	if st := staged; testcoord.Lists(other, fleetv1.ReasonGrantedInAnotherBoot)(st) || testcoord.Lists(other, "")(st) || testcoord.Lists(granted, "")(st) {
+		t.Fatalf("lists %+v: neither the other boot's grant nor the finished one is listed", st.Grants)
+	}
+	for _, i := range []int{0, 1} {
+		if err := h.k.Revoke(ctx, lease.KindStage, i); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Reboot slot while draining: no reboot.

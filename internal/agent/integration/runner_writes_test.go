@@ -134,7 +134,8 @@ func TestRunWritesOneReportPerStep(t *testing.T) {
 	}
 	want := []string{
 		step(fleetv1.PhaseStaging, fleetv1.ReasonStaging, 1),
-		step(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant, 1),
+		// Staged: the stage grant is finished and no longer listed (amendment 31).
+		step(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant, 0),
 		step(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting, 1),
 		step(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate, 0),
 	}

@@ -503,6 +503,20 @@ func logBootcNode(log logr.Logger, msg string, c plan.BootcNodeChange) {
 	log.V(1).Info(msg, "node", c.Name, "desiredImage", c.Spec.DesiredImage, "rolloutState", c.RolloutState)
 }
 
+// finishedSlots are the grants of in's stage slots whose holders are done
+// with them (plan.PhaseFinished): no longer held for the metrics, and their
+// holders may wait for a reboot slot (amendment 31). A slot written in the
+// pass carries another grant.
+func finishedSlots(in plan.Input) map[lease.ID]bool {
+	out := map[lease.ID]bool{}
+	for _, s := range plan.InputSlots(in) {
+		if s.Phase == plan.PhaseFinished {
+			out[s.Grant.ID] = true
+		}
+	}
+	return out
+}
+
 func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node + "/" + string(k) }
 
 // observeMetrics sets the gauges from what this reconcile saw and wrote, and
@@ -510,8 +524,9 @@ func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node 
 func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input) {
 	held := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
 	holders := map[string]bool{}
+	finished := finishedSlots(in)
 	for _, l := range w.leases {
-		if s, ok := plan.ParseSlot(pool, l); ok && s.State != plan.SlotFree {
+		if s, ok := plan.ParseSlot(pool, l); ok && s.State != plan.SlotFree && !finished[s.Grant.ID] {
 			held[s.Kind]++
 			holders[s.Holder] = true
 		}

@@ -60,7 +60,7 @@ func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.Bootc
 	metrics.PoolPaused.WithLabelValues(name).Set(metrics.Bool(pool.Spec.Rollout.Paused))
 	w := meta.FindStatusCondition(st.Conditions, fleetv1.PoolMaintenanceWindow)
 	metrics.PoolInWindow.WithLabelValues(name).Set(metrics.Bool(w == nil || w.Status == metav1.ConditionTrue))
-	held, failed := slotSeries(name, leases)
+	held, failed := slotSeries(name, leases, finishedSlots(in))
 	reportedFailures(name, in, failed)
 
 	p.mu.Lock()
@@ -88,9 +88,10 @@ func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.Bootc
 }
 
 // slotSeries sets the slot budget, and a held-since series per held slot
+// (but a finished stage slot, whose holder is done with it: amendment 31)
 // and a failed series per slot marked failed; it returns the label sets of
 // the last two.
-func slotSeries(pool string, leases map[string]*coordinationv1.Lease) (held, failed map[[3]string]bool) {
+func slotSeries(pool string, leases map[string]*coordinationv1.Lease, finished map[lease.ID]bool) (held, failed map[[3]string]bool) {
 	budget := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
 	held, failed = map[[3]string]bool{}, map[[3]string]bool{}
 	for _, l := range leases {
@@ -99,7 +100,7 @@ func slotSeries(pool string, leases map[string]*coordinationv1.Lease) (held, fai
 			continue
 		}
 		budget[s.Kind]++
-		if s.State != plan.SlotHeld {
+		if s.State != plan.SlotHeld || finished[s.Grant.ID] {
 			continue
 		}
 		k := [3]string{pool, s.Holder, string(s.Kind)}

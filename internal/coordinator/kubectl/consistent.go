@@ -83,11 +83,12 @@ func slotState(state string) bool {
 	return false
 }
 
-// grantOf is the slot node holds under a valid grant (a reboot slot before
-// a stage slot, in the view's order).
+// grantOf is the slot node holds under a valid grant it is not done with
+// (a reboot slot before a stage slot, in the view's order; a finished stage
+// slot is no one's work, amendment 31).
 func (v *poolView) grantOf(node string) (plan.Slot, bool) {
 	for _, s := range v.slots {
-		if s.State != plan.SlotFree && s.Holder == node && s.Phase.Grant() {
+		if s.State != plan.SlotFree && s.Holder == node && s.Phase.Grant() && s.Phase != plan.PhaseFinished {
 			return s, true
 		}
 	}

@@ -3,6 +3,7 @@ package kubectl
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -96,13 +97,30 @@ func (v *poolView) setSlots(leases []coordinationv1.Lease) {
 			v.slots = append(v.slots, s)
 		}
 	}
-	v.slots = plan.WithPhases(v.slots)
+	// A stage slot's phase from its holder's report: Finished once it is
+	// done with the grant (amendment 31), as the coordinator finds it.
+	v.slots = plan.WithFinished(v.slots, v.slotHolder, v.pool.Spec.RequireSignedImages)
 	sort.Slice(v.slots, func(i, j int) bool {
 		if v.slots[i].Kind != v.slots[j].Kind {
 			return v.slots[i].Kind < v.slots[j].Kind
 		}
 		return v.slots[i].Index < v.slots[j].Index
 	})
+}
+
+// slotHolder is a slot holder's Node and its agent's report if read in the
+// Node's current boot (plan.WithFinished).
+func (v *poolView) slotHolder(name string) (plan.Node, *fleetv1.BootcNodeStatus, bool) {
+	n := v.nodes[name]
+	if n == nil {
+		return plan.Node{}, nil, false
+	}
+	pn := plan.Node{Name: name, BootID: n.Status.NodeInfo.BootID}
+	bn := v.bns[name]
+	if bn == nil || bn.Status.BootID != pn.BootID || bn.Status.SoftRebootCount < 0 || bn.Status.SoftRebootCount > math.MaxUint32 {
+		return pn, nil, true
+	}
+	return pn, &bn.Status, true
 }
 
 // withNodes reads the pool's members.
@@ -144,7 +162,9 @@ type SlotHolder struct {
 	Slot string `json:"slot"` // the slot Lease's name
 	Kind string `json:"kind"` // reboot or stage
 	Node string `json:"node"`
-	// Phase is what the holder does under it: Staging, Draining,
+	// Phase is what the holder does under it: Staging, Finished (a stage
+	// slot its holder is done with, handed on by the next stage grant:
+	// amendment 31), Draining,
 	// Rebooting, Verifying (back, minReadySeconds running), Failed (did
 	// not come back within rebootTimeout), or Malformed (the coordinator
 	// resets the slot).
@@ -184,15 +204,27 @@ func (v *poolView) holder(s plan.Slot) SlotHolder {
 	return h
 }
 
-// holders are the held slots of kind k.
+// holders are the held slots of kind k but finished ones, which hold no
+// capacity (finished counts those).
 func (v *poolView) holders(k lease.Kind) []SlotHolder {
 	var out []SlotHolder
 	for _, s := range v.slots {
-		if s.Kind == k && s.State != plan.SlotFree {
+		if s.Kind == k && s.State != plan.SlotFree && s.Phase != plan.PhaseFinished {
 			out = append(out, v.holder(s))
 		}
 	}
 	return out
+}
+
+// finished counts the stage slots whose holders are done with them.
+func (v *poolView) finished() int {
+	c := 0
+	for _, s := range v.slots {
+		if s.Phase == plan.PhaseFinished {
+			c++
+		}
+	}
+	return c
 }
 
 func (v *poolView) slotsOf(node string) []SlotHolder {

@@ -54,6 +54,10 @@ type SlotUse struct {
 	Held    int          `json:"held"`
 	Max     int          `json:"max"`
 	Holders []SlotHolder `json:"holders,omitempty"`
+	// Finished (stage slots): held by nodes done with them, counted in
+	// neither Held nor against Max; the next stage grant hands each on
+	// (amendment 31).
+	Finished int `json:"finished,omitempty"`
 }
 
 // Blocker is one thing that blocks (or warns about) a pool.
@@ -155,6 +159,7 @@ func (v *poolView) poolReport() PoolReport {
 		StageSlots:  SlotUse{Max: v.budget.MaxStaging, Holders: v.holders(lease.KindStage)},
 	}
 	pr.RebootSlots.Held, pr.StageSlots.Held = len(pr.RebootSlots.Holders), len(pr.StageSlots.Holders)
+	pr.StageSlots.Finished = v.finished()
 	if p.Spec.Rollout.Paused {
 		pr.Blocked = append(pr.Blocked, Blocker{Type: "Paused", Message: "spec.rollout.paused is true: no new grants"})
 	}

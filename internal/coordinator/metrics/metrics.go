@@ -35,7 +35,7 @@ var (
 	SlotsHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace,
 		Name:      "slots_held",
-		Help:      "Slot Leases currently held by a node, by pool and slot kind (stage or reboot).",
+		Help:      "Slot Leases currently held by a node, by pool and slot kind (stage or reboot); a stage slot whose holder is done with it (Finished, released lazily) is not counted.",
 	}, []string{LabelPool, LabelKind})
 
 	// NodesByPhase is the number of a pool's nodes in each BootcNode phase.

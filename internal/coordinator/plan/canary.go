@@ -167,8 +167,8 @@ func (p *planner) waveBoundary(w *waveState) string {
 // changes.
 func (p *planner) holdsAsRead() map[string][]*Slot {
 	h := map[string][]*Slot{}
-	for _, s := range WithPhases(p.in.Slots) {
-		if s.State != SlotFree && s.Holder != "" {
+	for _, s := range p.withFinished(p.in.Slots) {
+		if s.State != SlotFree && s.Holder != "" && s.Phase != PhaseFinished {
 			h[s.Holder] = append(h[s.Holder], &s)
 		}
 	}

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
@@ -92,11 +93,20 @@ func (p *planner) grant(slots []Slot) {
 	for _, k := range []lease.Kind{lease.KindStage, lease.KindReboot} {
 		free[k] = make([]Slot, 0, min(p.budgetFor(k), len(slots))) // no regrowth on every pass
 	}
+	// A finished stage slot is handed on as a free one is (amendment 31),
+	// and before one: the grant is one write either way, and a free slot
+	// left free costs none later.
+	var finished []Slot
 	for _, in := range slots {
-		if s := *p.after[in.Name]; s.State == SlotFree && s.Index < p.budgetFor(s.Kind) {
+		switch s := *p.after[in.Name]; {
+		case s.Index >= p.budgetFor(s.Kind):
+		case s.State == SlotFree:
 			free[s.Kind] = append(free[s.Kind], s)
+		case s.Phase == PhaseFinished:
+			finished = append(finished, s)
 		}
 	}
+	free[lease.KindStage] = append(finished, free[lease.KindStage]...)
 	holds := p.holdsAfter()
 	stillStaging := p.staging.counted
 	heldReboot, heldStage := p.countAfter(lease.KindReboot), p.countAfter(lease.KindStage)+len(stillStaging)
@@ -115,11 +125,24 @@ func (p *planner) grant(slots []Slot) {
 		if st.Phase == fleetv1.PhaseDegraded || onDigest(st.Booted, tgt.Digest) || p.stagedForReboot(st, tgt) {
 			continue
 		}
-		s := free[lease.KindStage][0]
-		free[lease.KindStage] = free[lease.KindStage][1:]
+		s := takeSlot(free, lease.KindStage, name)
 		p.grantSlot(s, n, tgt, st)
 		heldStage++
 	}
+}
+
+// takeSlot takes the slot of kind k to grant to node: the finished stage
+// slot it holds itself, if any, so a node's next stage does not leave its
+// old grant behind; else the first.
+func takeSlot(free map[lease.Kind][]Slot, k lease.Kind, node string) Slot {
+	ss := free[k]
+	i := slices.IndexFunc(ss, func(s Slot) bool { return s.Holder == node })
+	if i < 0 {
+		i = 0
+	}
+	s := ss[i]
+	free[k] = slices.Delete(ss, i, i+1)
+	return s
 }
 
 // grantReboots hands free reboot slots to nodes staged for their target,

@@ -140,7 +140,7 @@ func checkSlotStep(t *testing.T, w *world, slot string, want []Transition) {
 	t.Helper()
 	before := leaseCopies(w)
 	out := w.step()
-	seen, _ := slotTransitions(before, out, w.now)
+	seen, _ := slotTransitions(w, before, out, w.now)
 	var got []Transition
 	for i, c := range out.Changes {
 		if c.Slot == slot && c.Op != OpGrant {
@@ -184,6 +184,15 @@ func TestStageAndDrainingGrantTransitions(t *testing.T) {
 			w := settled(1, 1, 1)
 			w.step()
 			c.mutate(w)
+			if c.why == WhyBootChanged {
+				// The grant is void in the new boot: finished, kept until
+				// the next stage grant hands it on (amendment 31).
+				checkSlotStep(t, w, "workers-stage-0", nil)
+				if s, _ := w.slot(w.leases["workers-stage-0"]); s.Phase != PhaseFinished {
+					t.Fatalf("stage slot of a rebooted holder is %s, want %s", s.Phase, PhaseFinished)
+				}
+				return
+			}
 			checkSlotStep(t, w, "workers-stage-0", edge(PhaseStaging, c.op, c.why))
 		})
 		t.Run("Draining, "+c.name, func(t *testing.T) {
@@ -199,7 +208,10 @@ func TestStageAndDrainingGrantTransitions(t *testing.T) {
 		op     Op
 		why    string
 	}{
-		{"agent reports the image staged", func(w *world) { w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged) }, OpRelease, WhyStaged},
+		{"agent reports the image staged, not locked", func(w *world) {
+			w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged)
+			w.bns["node-00"].Status.Staged.DownloadOnly = false
+		}, OpRelease, WhyStaged},
 		{"no report listing the grant for a lease duration", func(w *world) { w.now = w.now.Add(61 * time.Second) }, OpRelease, WhyExpired},
 		{"agent let go of the grant", func(w *world) {
 			s, _ := w.grantOf("node-00", lease.KindStage)

@@ -168,7 +168,7 @@ func Plan(in Input) Output {
 	p.win = evalWindows(in.Pool.Spec.Rollout.Windows, in.Now)
 	p.startQuarantine()
 
-	slots := WithPhases(in.Slots)
+	slots := p.withFinished(in.Slots)
 	sort.Slice(slots, func(i, j int) bool {
 		if slots[i].Kind != slots[j].Kind {
 			return slots[i].Kind < slots[j].Kind
@@ -194,6 +194,18 @@ func Plan(in Input) Output {
 	p.membership()
 	p.status()
 	return p.out
+}
+
+// withFinished derives the phase of every slot, a stage slot's from its
+// holder's fresh report (WithFinished).
+func (p *planner) withFinished(slots []Slot) []Slot {
+	return WithFinished(slots, func(name string) (Node, *fleetv1.BootcNodeStatus, bool) {
+		n, ok := p.nodes[name]
+		if !ok {
+			return Node{}, nil, false
+		}
+		return n, p.fresh(n), true
+	}, p.in.Pool.Spec.RequireSignedImages)
 }
 
 // conflicted: the node is matched by another pool too, or its name cannot be
@@ -346,11 +358,13 @@ func (p *planner) requeueAt(t time.Time) {
 	}
 }
 
-// holdsAfter returns the slots node holds once Changes are applied.
+// holdsAfter returns the slots node holds once Changes are applied. A
+// finished stage slot is no hold: its holder is done with it, and it is
+// handed on to whoever needs a stage slot next, its holder included.
 func (p *planner) holdsAfter() map[string][]*Slot {
 	h := map[string][]*Slot{}
 	for _, s := range p.after {
-		if s.State != SlotFree && s.Holder != "" {
+		if s.State != SlotFree && s.Holder != "" && s.Phase != PhaseFinished {
 			h[s.Holder] = append(h[s.Holder], s)
 		}
 	}
@@ -360,7 +374,7 @@ func (p *planner) holdsAfter() map[string][]*Slot {
 func (p *planner) countAfter(k lease.Kind) int {
 	c := 0
 	for _, s := range p.after {
-		if s.Kind == k && s.State != SlotFree {
+		if s.Kind == k && s.State != SlotFree && s.Phase != PhaseFinished {
 			c++
 		}
 	}

@@ -171,10 +171,15 @@ func TestStageSlotRelease(t *testing.T) {
 		wantOp  Op
 		wantWhy string
 	}{
-		{"agent reports the image staged", func(w *world) { w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged) }, OpRelease, WhyStaged},
+		{"agent reports the image staged, not locked", func(w *world) {
+			w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged)
+			w.bns["node-00"].Status.Staged.DownloadOnly = false
+		}, OpRelease, WhyStaged},
+		// Finished: kept, handed on by the next stage grant (amendment 31).
+		{"agent reports the image staged", func(w *world) { w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged) }, "", ""},
 		{"lease not renewed within its duration", func(w *world) { w.now = w.now.Add(61 * time.Second) }, OpRelease, WhyExpired},
 		{"target changed", func(w *world) { w.target = imgV2 }, OpRevoke, WhyImageChanged},
-		{"node rebooted since the grant", func(w *world) { w.reboot("node-00") }, OpRevoke, WhyBootChanged},
+		{"node rebooted since the grant", func(w *world) { w.reboot("node-00") }, "", ""},
 		{"node left the pool", func(w *world) { w.nodes["node-00"].InPool = false }, OpRevoke, WhyLeftPool},
 		{"node deleted", func(w *world) { delete(w.nodes, "node-00") }, OpRelease, WhyNodeDeleted},
 		{"still staging, renewed", func(w *world) { w.now = w.now.Add(30 * time.Second) }, "", ""},

@@ -325,7 +325,7 @@ func checkedStep(rt *rapid.T, w *world) {
 	in := w.input()
 	before := map[string]Slot{}
 	for _, s := range in.Slots {
-		before[s.Name] = s
+		before[s.Name], _ = w.slot(w.leases[s.Name]) // a stage slot's phase from its holder's report
 	}
 	out := Plan(in)
 
@@ -356,10 +356,20 @@ func checkedStep(rt *rapid.T, w *world) {
 			if q := out.Status.Quarantine; q != nil {
 				rt.Fatalf("grant %+v while %s is quarantined", c, q.Digest)
 			}
-			if (before[c.Slot].State != SlotFree && !freed[c.Slot]) || granted[c.Slot] {
+			// A finished stage slot is handed on as a free one (amendment 31).
+			if (before[c.Slot].State != SlotFree && before[c.Slot].Phase != PhaseFinished && !freed[c.Slot]) || granted[c.Slot] {
 				rt.Fatalf("grant of slot %s that was not free: %+v (freed in this pass %v, granted already %v)", c.Slot, before[c.Slot], freed[c.Slot], granted[c.Slot])
 			}
 			granted[c.Slot] = true
+			// A node's next stage takes its own finished slot (amendment
+			// 31), so no old grant of it is left behind.
+			if c.Kind == lease.KindStage {
+				for name, s := range before {
+					if s.Phase == PhaseFinished && s.Holder == c.Node && name != c.Slot && s.Index < ResolveBudget(w.pool.Spec.Rollout, inPool(in)).MaxStaging && !grantedTo(out, name) {
+						rt.Fatalf("stage grant %+v in %s while the node's own finished slot %s stays behind", c, c.Slot, name)
+					}
+				}
+			}
 			if want, ok := expectedFor(w, c.Node); !ok || want != c.Image || w.resolveErr != "" || w.pool.Spec.Rollout.Paused {
 				rt.Fatalf("grant %+v with the node's target %s (pool target %s), resolve error %q, paused %v", c, want, w.target, w.resolveErr, w.pool.Spec.Rollout.Paused)
 			}
@@ -437,13 +447,20 @@ func checkedStep(rt *rapid.T, w *world) {
 			rt.Fatalf("after stage grants: %d stage slots held > maxStaging %d", held, b.MaxStaging)
 		}
 	}
-	holders := map[string]int{}
+	// One live grant per node: a finished stage slot (amendment 31) is no
+	// longer its holder's work, and is held beside at most one other.
+	holders, finished := map[string]int{}, map[string]int{}
 	for _, l := range w.leases {
-		if s, ok := ParseSlot(poolName, l); ok && s.State == SlotHeld {
+		s, ok := w.slot(l)
+		switch {
+		case !ok || s.State != SlotHeld:
+		case s.Phase == PhaseFinished:
+			finished[s.Grant.Holder]++
+		default:
 			holders[s.Grant.Holder]++
-			if holders[s.Grant.Holder] > 1 {
-				rt.Fatalf("node %s holds more than one slot", s.Grant.Holder)
-			}
+		}
+		if holders[s.Grant.Holder] > 1 {
+			rt.Fatalf("node %s holds more than one live slot", s.Grant.Holder)
 		}
 	}
 }
@@ -491,4 +508,25 @@ func describeNodes(w *world) string {
 		s += fmt.Sprintf("\n  lease %s holder=%v ann=%v", name, ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations)
 	}
 	return s
+}
+
+// grantedTo: out grants slot.
+func grantedTo(out Output, slot string) bool {
+	for _, c := range out.Changes {
+		if c.Op == OpGrant && c.Slot == slot {
+			return true
+		}
+	}
+	return false
+}
+
+// inPool counts in's pool members.
+func inPool(in Input) int {
+	c := 0
+	for _, n := range in.Nodes {
+		if n.InPool {
+			c++
+		}
+	}
+	return c
 }

@@ -185,7 +185,7 @@ func (sc scenario) play(t *testing.T) string {
 		in := w.input()
 		before := leaseCopies(w)
 		out := Plan(in)
-		seen, _ := slotTransitions(before, out, in.Now)
+		seen, _ := slotTransitions(w, before, out, in.Now)
 		for _, e := range seen {
 			if !e.Allowed() {
 				t.Errorf("pass %d: transition %s is not in plan.Transitions", pass, e)
@@ -207,7 +207,7 @@ func (sc scenario) play(t *testing.T) string {
 func writePass(b *strings.Builder, pass int, w *world, in Input, out Output, seen []Transition) {
 	fmt.Fprintf(b, "\npass %d at +%s, target %s\n", pass, in.Now.Sub(t0), imgLabel(in.Target.String()))
 	var slots []string
-	for _, s := range WithPhases(in.Slots) {
+	for _, s := range InputSlots(in) {
 		desc := fmt.Sprintf("%s %s", strings.TrimPrefix(s.Name, poolName+"-"), s.Phase)
 		if s.Holder != "" {
 			desc += " " + s.Holder

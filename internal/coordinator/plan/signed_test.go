@@ -66,8 +66,8 @@ func TestRequireSignedImagesIsCopiedToBootcNodes(t *testing.T) {
 	}
 }
 
-// A stage slot is released when the image is staged as the pool asks, not
-// when an unverified deployment of the same digest is.
+// A stage slot is finished (amendment 31) when the image is staged as the
+// pool asks, not when an unverified deployment of the same digest is.
 func TestStageSlotReleasedOnlyWhenStagedVerified(t *testing.T) {
 	w := settled(1, 1, 1)
 	w.pool.Spec.RequireSignedImages = true
@@ -82,10 +82,13 @@ func TestStageSlotReleasedOnlyWhenStagedVerified(t *testing.T) {
 	if out := w.step(); len(changes(out, OpRelease, lease.KindStage)) != 0 {
 		t.Fatalf("released stage slot %s for an unverified deployment: %+v", s.Name, out.Changes)
 	}
+	if s, _ := w.slot(w.leases[s.Name]); s.Phase != PhaseStaging {
+		t.Fatalf("stage slot of an unverified deployment is %s, want %s", s.Phase, PhaseStaging)
+	}
 	w.agentReports("node-00", imgV0, imgV1, fleetv1.PhaseStaged)
 	w.bns["node-00"].Status.Staged.Signature = fleetv1.SignatureContainerPolicy
-	if out := w.step(); len(changes(out, OpRelease, lease.KindStage)) != 1 {
-		t.Fatalf("verified stage not released: %+v", out.Changes)
+	if s, _ := w.slot(w.leases[s.Name]); s.Phase != PhaseFinished {
+		t.Fatalf("stage slot of a verified deployment is %s, want %s", s.Phase, PhaseFinished)
 	}
 }
 

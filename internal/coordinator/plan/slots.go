@@ -43,6 +43,8 @@ func (p *planner) held(s Slot) {
 	switch s.Phase {
 	case PhaseStaging:
 		p.onStaging(h)
+	case PhaseFinished:
+		p.onFinished(h)
 	case PhaseDraining:
 		p.onDraining(h)
 	case PhaseRebooting:
@@ -320,26 +322,36 @@ func (p *planner) drain(h heldSlot) {
 	}
 }
 
-// onStaging: a stage grant. Released once its holder staged (or booted) the
-// image; revoked when it is no longer wanted, its agent let go of it, or it
+// onFinished: a stage grant its holder is done with (amendment 31). No
+// write: nobody works under it, so nothing expires or revokes it (an image
+// change, a quarantine, a reboot), and the next stage grant hands it on in
+// one write (grant). One beyond a shrunk maxStaging is released, so the
+// free slot can be deleted.
+func (p *planner) onFinished(h heldSlot) {
+	if h.Index >= p.b.MaxStaging {
+		p.change(h.Slot, SlotChange{Op: OpRelease, Why: WhySurplus})
+	}
+}
+
+// onStaging: a stage grant its holder is not done with (a finished one is
+// onFinished). Released once its holder staged the image without locking
+// it and no longer reports Staging (its stage returned; it may not lock it
+// then); revoked when it is no longer wanted, its agent let go of it, or it
 // outlived stageTimeout; released when its holder went quiet for a lease
 // duration.
 func (p *planner) onStaging(h heldSlot) {
 	s, n, st, g := h.Slot, h.n, h.st, h.Grant
 	claim, claimed := claimOf(st, g.ID)
 	switch {
-	case st != nil && (p.stagedForReboot(st, g.Image) || onDigest(st.Booted, g.Image.Digest)):
+	case st != nil && st.Phase != fleetv1.PhaseStaging && p.stagedForReboot(st, g.Image):
 		p.change(s, SlotChange{Op: OpRelease, Why: WhyStaged})
-		p.nodeEvent(n.Name, "Normal", fleetv1.EventStaged, "node %s staged %s; released stage slot %s", n.Name, g.Image, s.Name)
+		p.nodeEvent(n.Name, "Normal", fleetv1.EventStaged, "node %s staged %s (not locked); released stage slot %s", n.Name, g.Image, s.Name)
 	case p.quarantined():
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyQuarantined})
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s of node %s: the pool's target %s is quarantined", s.Name, n.Name, p.quarantine.Digest)
 	case p.target.Digest != "" && !p.isTarget(n.Name, g.Image):
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyImageChanged})
 		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s of node %s: its image %s is no longer the node's target (%s)", s.Name, n.Name, g.Image, p.changedTarget(n.Name))
-	case n.BootID != g.BootID || (st != nil && softCount(st) != g.SoftRebootCount):
-		p.change(s, SlotChange{Op: OpRevoke, Why: WhyBootChanged})
-		p.nodeEvent(n.Name, "Normal", fleetv1.EventGrantRevoked, "revoked stage slot %s: node %s rebooted since the grant (%s)", s.Name, n.Name, bootChange(n, st, g))
 	case claimed && claim.Released != "":
 		p.change(s, SlotChange{Op: OpRevoke, Why: WhyReleasedByAgent})
 		p.nodeEvent(n.Name, "Warning", fleetv1.EventGrantRevoked, "node %s let go of stage slot %s (%s: %s); the slot goes to the next node and %s waits at the back of the queue",

@@ -147,18 +147,24 @@ func TestSoftRebootIntoTheOldRootTimesOut(t *testing.T) {
 }
 
 // A grant issued before a soft reboot is void for the agent (another boot);
-// the coordinator takes back grants that cannot have been used yet.
+// the coordinator takes back grants that cannot have been used yet. A stage
+// grant is finished (amendment 31): the next stage grant, here its own
+// node's in the new boot, hands it on in one write.
 func TestGrantsOfTheBootBeforeASoftRebootAreRevoked(t *testing.T) {
 	t.Run("stage", func(t *testing.T) {
 		w := settled(1, 1, 1)
 		w.step()
+		old, _ := w.grantOf("node-00", lease.KindStage)
 		w.now = w.now.Add(5 * time.Second)
 		w.softs["node-00"]++
 		w.agentReports("node-00", imgV0, imageref.Pinned{}, fleetv1.PhaseWaiting)
+		if s, _ := w.slot(w.leases[old.Name]); s.Phase != PhaseFinished {
+			t.Fatalf("stage slot of the boot before is %s, want %s", s.Phase, PhaseFinished)
+		}
 		out := w.plan()
-		cs := changes(out, OpRevoke, lease.KindStage)
-		if len(cs) != 1 || cs[0].Why != WhyBootChanged || !hasEvent(out, fleetv1.EventGrantRevoked, "same boot ID, soft-reboot count 1, granted at 0") {
-			t.Fatalf("changes %+v, events %+v", out.Changes, out.Events)
+		cs := changes(out, OpGrant, lease.KindStage)
+		if len(out.Changes) != 1 || len(cs) != 1 || cs[0].Slot != old.Name || cs[0].SoftRebootCount != 1 {
+			t.Fatalf("changes %+v, want one grant of %s in the new boot", out.Changes, old.Name)
 		}
 	})
 	t.Run("reboot, draining", func(t *testing.T) {

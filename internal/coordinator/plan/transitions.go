@@ -2,9 +2,11 @@ package plan
 
 // Transition is one phase change the planner makes to a slot: a change
 // (its Op and Why) that takes the slot From one phase To another, as the
-// Lease it writes reads back (ApplyToLease, then ParseSlot and PhaseOf). A
-// change that keeps the phase (a cordon, a back-since record while Failed)
-// is listed too, From and To equal.
+// Lease it writes reads back (ApplyToLease, then ParseSlot and PhaseOf, a
+// stage slot's phase with its holder's report: WithFinished). A change that
+// keeps the phase (a cordon, a back-since record while Failed) is listed
+// too, From and To equal; OpReport names the phase changes a holder's
+// report makes with no write (Staging <-> Finished, amendment 31).
 type Transition struct {
 	From SlotPhase
 	Op   Op
@@ -26,7 +28,18 @@ var Transitions = transitions(
 	// onStaging, and holderOf for every phase (the holder's Node deleted,
 	// or out of the pool).
 	edges(PhaseStaging, OpRelease, PhaseFree, WhyStaged, WhyExpired, WhyNodeDeleted),
-	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyBootChanged, WhyReleasedByAgent, WhyStageTimedOut, WhyLeftPool, WhyQuarantined),
+	edges(PhaseStaging, OpRevoke, PhaseFree, WhyImageChanged, WhyReleasedByAgent, WhyStageTimedOut, WhyLeftPool, WhyQuarantined),
+	// The holder's report, not a write, moves a stage grant between
+	// Staging and Finished (StageFinished): it staged the image locked,
+	// booted it, or rebooted; its staged deployment went in the grant's
+	// boot. A finished slot is handed on by a grant (grant.go), released
+	// only beyond a shrunk maxStaging (onFinished) or when its holder left
+	// (holderOf), as a Staging one.
+	edges(PhaseStaging, OpReport, PhaseFinished, WhyStaged, WhyBooted, WhyRebooted),
+	edges(PhaseFinished, OpReport, PhaseStaging, WhyStageGone),
+	edges(PhaseFinished, OpGrant, PhaseStaging, WhyEligible),
+	edges(PhaseFinished, OpRelease, PhaseFree, WhySurplus),
+	edges(PhaseFinished, OpRevoke, PhaseFree, WhyLeftPool),
 	// onDraining and drain.
 	edges(PhaseDraining, OpCordon, PhaseDraining, WhyCordon),
 	edges(PhaseDraining, OpAdvance, PhaseRebooting, WhyDrained),

@@ -102,8 +102,9 @@ func (t Transition) String() string {
 
 // slotTransitions applies out's slot changes, in order, to copies of
 // leases (the Leases Plan read) as the controller does, and reads back each
-// change's phase change; after holds the phase each changed slot ends in.
-func slotTransitions(leases map[string]*coordinationv1.Lease, out Output, now time.Time) (seen []Transition, after map[string]SlotPhase) {
+// change's phase change (a stage grant's from its holder's report in w);
+// after holds the phase each changed slot ends in.
+func slotTransitions(w *world, leases map[string]*coordinationv1.Lease, out Output, now time.Time) (seen []Transition, after map[string]SlotPhase) {
 	cur := map[string]*coordinationv1.Lease{}
 	after = map[string]SlotPhase{}
 	for _, c := range out.Changes {
@@ -115,10 +116,10 @@ func slotTransitions(leases map[string]*coordinationv1.Lease, out Output, now ti
 			l = leases[c.Slot].DeepCopy()
 			cur[c.Slot] = l
 		}
-		before, _ := ParseSlot(poolName, l)
+		before, _ := w.slot(l)
 		ApplyToLease(l, c, now, time.Minute)
-		s, _ := ParseSlot(poolName, l)
-		e := Transition{From: PhaseOf(before), Op: c.Op, Why: c.Why, To: PhaseOf(s)}
+		s, _ := w.slot(l)
+		e := Transition{From: before.Phase, Op: c.Op, Why: c.Why, To: s.Phase}
 		seen = append(seen, e)
 		after[c.Slot] = e.To
 	}
@@ -129,7 +130,7 @@ func slotTransitions(leases map[string]*coordinationv1.Lease, out Output, now ti
 // when a slot's phase changed across the pass (world before, w after)
 // other than by its changes.
 func checkTransitions(fatalf func(string, ...any), before map[string]*coordinationv1.Lease, out Output, now time.Time, w *world) {
-	seen, after := slotTransitions(before, out, now)
+	seen, after := slotTransitions(w, before, out, now)
 	for _, e := range seen {
 		if !e.Allowed() {
 			fatalf("the planner made the transition %s, which is not in plan.Transitions", e)
@@ -145,14 +146,14 @@ func checkTransitions(fatalf func(string, ...any), before map[string]*coordinati
 		if l == nil {
 			continue // deleted: a free surplus slot, or by a person
 		}
-		was, _ := ParseSlot(poolName, before[name])
-		now, _ := ParseSlot(poolName, l)
+		was, _ := w.slot(before[name])
+		now, _ := w.slot(l)
 		want, changed := after[name]
 		if !changed {
-			want = PhaseOf(was)
+			want = was.Phase
 		}
-		if got := PhaseOf(now); got != want {
-			fatalf("slot %s went from %s to %s across the pass; its changes end in %s", name, PhaseOf(was), got, want)
+		if got := now.Phase; got != want {
+			fatalf("slot %s went from %s to %s across the pass; its changes end in %s", name, was.Phase, got, want)
 		}
 	}
 }

@@ -147,6 +147,10 @@ type Slot struct {
 	Phase SlotPhase
 	// Grant is valid when State is SlotHeld.
 	Grant lease.Grant
+	// Finished (a held stage slot): its holder is done with the grant
+	// (StageFinished), as its Node and report say, not its Lease: the
+	// planner and the plugin find it from the holder (WithFinished).
+	Finished bool
 	// CordonedByUs is the cordoned-by-us annotation of a reboot grant.
 	CordonedByUs bool
 	// CordonPending: the annotation says "pending", the grant's cordon call
@@ -222,6 +226,10 @@ const (
 	// OpMarkBack records (BackSince set) or clears (zero) when the holder of
 	// a reboot slot in phase Reboot was first found back (minReadySeconds).
 	OpMarkBack Op = "MarkBack"
+	// OpReport is no change the planner makes: it names, in Transitions
+	// and the diagram, a phase change its holder's report (or its Node's
+	// boot) makes on a stage slot, Staging <-> Finished (amendment 31).
+	OpReport Op = "Report"
 )
 
 // SlotChange is one update of one slot Lease, applied to the Lease as read.
@@ -344,7 +352,17 @@ const (
 	WhyNotBackAnyMore   = "NotBackAnyMore"
 	WhyCordon           = "Cordon"
 	WhyEligible         = "Eligible"
-	WhyRebootTimeout    = fleetv1.ReasonRebootTimeout
+	// WhySurplus: a finished stage slot beyond a shrunk maxStaging is
+	// released, so the free slot can be deleted (amendment 31).
+	WhySurplus = "Surplus"
+	// WhyBooted, WhyRebooted, WhyStageGone (OpReport): a stage grant's
+	// holder reports its image booted, or is in another boot than the
+	// grant's (Finished); its locked stage of the image is gone in the
+	// grant's boot (Staging again). WhyStaged: it reports it staged.
+	WhyBooted        = "Booted"
+	WhyRebooted      = "Rebooted"
+	WhyStageGone     = "StageGone"
+	WhyRebootTimeout = fleetv1.ReasonRebootTimeout
 	// WhyStageTimedOut: a stage grant held longer than stageTimeout plus a
 	// lease duration (amendment 19).
 	WhyStageTimedOut = fleetv1.ReasonStageTimedOut

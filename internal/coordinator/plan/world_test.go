@@ -126,9 +126,45 @@ func (w *world) addNode(name string) {
 	w.nodes[name] = &Node{Name: name, InPool: true, Ready: true, BootID: bootID(name, 1)}
 }
 
+// stageSlots snapshots the world's held stage slots with their phases.
+func (w *world) stageSlots() map[string]Slot {
+	out := map[string]Slot{}
+	for name, l := range w.leases {
+		if s, ok := w.slot(l); ok && s.Kind == lease.KindStage && s.State == SlotHeld {
+			out[name] = s
+		}
+	}
+	return out
+}
+
+// reported records the phase changes a report or a reboot made on the
+// stage slots held before (OpReport: no write, amendment 31).
+func (w *world) reported(before map[string]Slot) {
+	for name, was := range before {
+		now, ok := w.slot(w.leases[name])
+		if !ok || now.Phase == was.Phase || now.Grant.ID != was.Grant.ID {
+			continue
+		}
+		why := WhyStageGone
+		if now.Phase == PhaseFinished {
+			n, bn := w.nodes[now.Holder], w.bns[now.Holder]
+			switch {
+			case n.BootID != now.Grant.BootID || w.softs[now.Holder] != now.Grant.SoftRebootCount:
+				why = WhyRebooted
+			case bn != nil && onDigest(bn.Status.Booted, now.Grant.Image.Digest):
+				why = WhyBooted
+			default:
+				why = WhyStaged
+			}
+		}
+		made.record(Transition{From: was.Phase, Op: OpReport, Why: why, To: now.Phase})
+	}
+}
+
 // agentReports makes the node's agent report the given booted/staged digests
 // in the current boot.
 func (w *world) agentReports(name string, booted, staged imageref.Pinned, phase fleetv1.NodePhase) {
+	defer w.reported(w.stageSlots())
 	bn := w.bns[name]
 	if bn == nil {
 		bn = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: fleetv1.BootcNodeSpec{Pool: poolName}}
@@ -242,10 +278,10 @@ func (w *world) apply(out Output) {
 				n.CordonedFor = ""
 			}
 		}
-		was, _ := ParseSlot(poolName, l)
+		was, _ := w.slot(l)
 		ApplyToLease(l, c, w.now, time.Minute)
-		now, _ := ParseSlot(poolName, l)
-		made.record(Transition{From: PhaseOf(was), Op: c.Op, Why: c.Why, To: PhaseOf(now)})
+		now, _ := w.slot(l)
+		made.record(Transition{From: was.Phase, Op: c.Op, Why: c.Why, To: now.Phase})
 		// Like the controller: a reboot grant is cordoned at once (our mark
 		// on the Node says whose cordon it is until OpAdvance records it on
 		// the grant), and its drain starts.
@@ -318,6 +354,25 @@ func (w *world) cordonedByUs(node string) bool {
 	return held && n != nil && cordonIsOurs(s, *n)
 }
 
+// slot parses a slot Lease of the world with its phase, a stage grant's
+// from its holder's report as the planner finds it (WithFinished).
+func (w *world) slot(l *coordinationv1.Lease) (Slot, bool) {
+	s, ok := ParseSlot(poolName, l)
+	if !ok {
+		return s, false
+	}
+	return WithFinished([]Slot{s}, func(name string) (Node, *fleetv1.BootcNodeStatus, bool) {
+		n := w.nodes[name]
+		if n == nil {
+			return Node{}, nil, false
+		}
+		if bn := w.bns[name]; bn != nil && bn.Spec.Pool == poolName && bn.Status.BootID == n.BootID {
+			return *n, &bn.Status, true
+		}
+		return *n, nil, true
+	}, w.pool.Spec.RequireSignedImages)[0], true
+}
+
 // step plans once and applies the result.
 func (w *world) step() Output {
 	out := w.plan()
@@ -328,7 +383,7 @@ func (w *world) step() Output {
 // grantOf returns the parsed grant a node holds of kind k, if any.
 func (w *world) grantOf(node string, k lease.Kind) (Slot, bool) {
 	for _, name := range sortedKeys(w.leases) {
-		s, ok := ParseSlot(poolName, w.leases[name])
+		s, ok := w.slot(w.leases[name])
 		if ok && s.State == SlotHeld && s.Kind == k && s.Grant.Holder == node {
 			return s, true
 		}
@@ -336,10 +391,12 @@ func (w *world) grantOf(node string, k lease.Kind) (Slot, bool) {
 	return Slot{}, false
 }
 
+// held counts the live grants of kind k: held slots but finished stage
+// slots, which their holders are done with (amendment 31).
 func (w *world) held(k lease.Kind) int {
 	c := 0
 	for _, l := range w.leases {
-		if s, ok := ParseSlot(poolName, l); ok && s.Kind == k && s.State != SlotFree {
+		if s, ok := w.slot(l); ok && s.Kind == k && s.State != SlotFree && s.Phase != PhaseFinished {
 			c++
 		}
 	}
@@ -365,6 +422,7 @@ func (w *world) otherwiseUnavailable() int {
 
 // reboot plays a node rebooting: a new boot ID, booted = what was staged.
 func (w *world) reboot(name string) {
+	defer w.reported(w.stageSlots())
 	w.boots[name]++
 	n := w.nodes[name]
 	n.BootID = bootID(name, w.boots[name])
@@ -398,6 +456,7 @@ func (w *world) rollBack(name string) {
 // soft-reboot count grows, and (prepared by the agent's unlock) booted =
 // what was staged. The agent has not reported yet.
 func (w *world) softReboot(name string) {
+	defer w.reported(w.stageSlots())
 	w.softs[name]++
 	bn := w.bns[name]
 	if bn != nil && bn.Status.Staged != nil {
