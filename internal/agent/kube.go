@@ -62,10 +62,10 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 		listErrs: map[string]listErr{}}
 	nodeLW := cache.NewListWatchFromClient(fleet, "bootcnodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", node))
-	k.nodeInf = cache.NewSharedIndexInformer(nodeLW, &fleetv1.BootcNode{}, 0, cache.Indexers{})
+	k.nodeInf = cache.NewSharedIndexInformer(cachedList{nodeLW}, &fleetv1.BootcNode{}, 0, cache.Indexers{})
 	leaseLW := cache.NewFilteredListWatchFromClient(leases, "leases", lease.Namespace,
 		func(o *metav1.ListOptions) { o.LabelSelector = lease.LabelHolder + "=" + node })
-	k.leaseInf = cache.NewSharedIndexInformer(leaseLW, &coordinationv1.Lease{}, 0, cache.Indexers{})
+	k.leaseInf = cache.NewSharedIndexInformer(cachedList{leaseLW}, &coordinationv1.Lease{}, 0, cache.Indexers{})
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { k.poke() },
 		UpdateFunc: func(any, any) { k.poke() },
@@ -98,6 +98,23 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 	}
 	return k, nil
 }
+
+// cachedList is a ListWatch whose informer starts with a plain LIST at
+// resourceVersion 0, which the API server answers from its watch cache,
+// instead of client-go's default watch-list stream (sendInitialEvents),
+// which starts as a consistent read: the watch cache first waits for etcd to
+// confirm it is current, and the API server asks etcd for that at most every
+// 100 ms. The nodes of one wave boot within that time of each other, and each
+// agent's first view of its BootcNode and grants then waited for it before
+// the first report after the reboot, the one the coordinator releases the
+// slot on (amendment 30). The view is a hint either way, as the informer's
+// watch that follows it is: every stage, unlock, rollback and reboot is
+// confirmed with a consistent GET of its Lease first (amendment 6).
+type cachedList struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector to list, not
+// to open a watch-list stream (k8s.io/client-go/util/watchlist).
+func (cachedList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // noteListErr remembers why an informer's list or watch failed, so the
 // agent can say so (STATUS=, its BootcNode's APIAccess condition).

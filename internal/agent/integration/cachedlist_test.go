@@ -1,0 +1,72 @@
+package integration_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent"
+	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
+)
+
+// requestLog records the URL of every request the agent sends.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []*url.URL
+}
+
+// recording is one of the agent's transports, logging into log.
+type recording struct {
+	log  *requestLog
+	next http.RoundTripper
+}
+
+func (r recording) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.log.mu.Lock()
+	r.log.reqs = append(r.log.reqs, req.URL)
+	r.log.mu.Unlock()
+	return r.next.RoundTrip(req)
+}
+
+// first is the first request whose path ends with resource.
+func (l *requestLog) first(resource string) *url.URL {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, u := range l.reqs {
+		if strings.HasSuffix(u.Path, resource) {
+			return u
+		}
+	}
+	return nil
+}
+
+// The agent's first view of its BootcNode and grants is a LIST the API
+// server answers from its watch cache (resourceVersion 0), not a watch-list
+// stream, which waits up to 100 ms for etcd's progress notification and
+// held the first report after a reboot behind it (amendment 30). The agent
+// still works from it: it reports, in its boot.
+func TestFirstViewIsListedFromTheWatchCache(t *testing.T) {
+	var rec requestLog
+	h := startWith(t, "cachedlist", time.Minute, imgV2, func(c *agent.Config) {
+		rc := rest.CopyConfig(c.RESTConfig)
+		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return recording{&rec, rt} })
+		c.RESTConfig = rc
+	})
+	h.wait("Waiting without a grant", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	for _, resource := range []string{"/bootcnodes", "/leases"} {
+		u := rec.first(resource)
+		if u == nil {
+			t.Fatalf("no request for %s", resource)
+		}
+		q := u.Query()
+		if q.Get("watch") != "" || q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") != "0" {
+			t.Errorf("first request for %s: %s, want a LIST at resourceVersion 0 (from the watch cache)", resource, u.RawQuery)
+		}
+	}
+}
