@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,8 +11,10 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
+	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 	"github.com/bootc-fleet/bootc-fleet/tests/testcoord"
 )
 
@@ -68,5 +71,36 @@ func TestFirstViewIsListedFromTheWatchCache(t *testing.T) {
 		if q.Get("watch") != "" || q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") != "0" {
 			t.Errorf("first request for %s: %s, want a LIST at resourceVersion 0 (from the watch cache)", resource, u.RawQuery)
 		}
+	}
+}
+
+// After a reboot, the round that clears the reboot record reads bootc
+// status, and the round that follows at once reports the node on that read:
+// no second bootc status between the reboot and the report the coordinator
+// releases the slot on (amendment 30).
+func TestReportAfterTheRebootReusesTheClearingRead(t *testing.T) {
+	h := start(t, "mem-clear", time.Minute)
+	ctx := context.Background()
+	boot1 := h.m.BootID()
+	h.wait("Waiting without a grant", testcoord.PhaseIs(fleetv1.PhaseWaiting, fleetv1.ReasonWaitingForStageGrant))
+	if _, err := h.k.Grant(ctx, lease.KindStage, 0, h.node, imgV2, boot1, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	if err := h.k.Revoke(ctx, lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.k.Grant(ctx, lease.KindReboot, 0, h.node, imgV2, boot1, lease.PhaseReboot); err != nil {
+		t.Fatal(err)
+	}
+	h.until("one reboot request", func() bool { r, _ := h.host.count(); return r == 1 })
+	h.wait("Rebooting", testcoord.PhaseIs(fleetv1.PhaseRebooting, ""))
+	// Counted from the round that clears the record: it logs its decision
+	// after its own read and before the next round.
+	h.bootc.countReads(func() bool { return h.log.has("action=ClearRecord") })
+	h.m.Reboot(testbootc.RebootOptions{})
+	h.wait("Idle on the new image", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
+	if n := h.bootc.statusReads(); n != 0 {
+		t.Errorf("%d bootc status reads between clearing the record and the report, want 0 (the clearing round's read)", n)
 	}
 }
