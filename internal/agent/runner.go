@@ -66,9 +66,10 @@ type runner struct {
 	// reuseRead: the last round's report gave a new grant its first
 	// heartbeat, or the last round cleared the reboot record, so the round
 	// that follows at once acts on that round's read (milliseconds old,
-	// this boot) instead of running bootc status again. Each step re-reads what it depends on anyway: the reboot
-	// checks the staged digest before and after unlocking, and bootc
-	// switch works on the deployment as it is.
+	// this boot) instead of running bootc status again. Each step re-reads
+	// what it depends on anyway: the reboot checks the staged digest before
+	// and after unlocking, and bootc switch works on the deployment as it
+	// is.
 	reuseRead bool
 	// waitingFor and waitingSince: the desired image an Idle node started
 	// waiting for a stage grant for, and when (Config.WaitingHold).

@@ -57,7 +57,7 @@ func (l *requestLog) first(resource string) *url.URL {
 // still works from it: it reports, in its boot.
 func TestFirstViewStartsFromTheWatchCache(t *testing.T) {
 	var rec requestLog
-	h := startWith(t, "cachedlist", time.Minute, imgV2, func(c *agent.Config) {
+	h := startWith(t, "fromcache", time.Minute, imgV2, func(c *agent.Config) {
 		rc := rest.CopyConfig(c.RESTConfig)
 		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return recording{&rec, rt} })
 		c.RESTConfig = rc
