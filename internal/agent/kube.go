@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -62,10 +63,14 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 		listErrs: map[string]listErr{}}
 	nodeLW := cache.NewListWatchFromClient(fleet, "bootcnodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", node))
-	k.nodeInf = cache.NewSharedIndexInformer(nodeLW, &fleetv1.BootcNode{}, 0, cache.Indexers{})
+	nodeFC := &fromCache{ListWatch: nodeLW}
+	k.nodeInf = cache.NewSharedIndexInformer(nodeFC, &fleetv1.BootcNode{}, 0, cache.Indexers{})
+	nodeFC.synced = k.nodeInf.HasSynced
 	leaseLW := cache.NewFilteredListWatchFromClient(leases, "leases", lease.Namespace,
 		func(o *metav1.ListOptions) { o.LabelSelector = lease.LabelHolder + "=" + node })
-	k.leaseInf = cache.NewSharedIndexInformer(leaseLW, &coordinationv1.Lease{}, 0, cache.Indexers{})
+	leaseFC := &fromCache{ListWatch: leaseLW}
+	k.leaseInf = cache.NewSharedIndexInformer(leaseFC, &coordinationv1.Lease{}, 0, cache.Indexers{})
+	leaseFC.synced = k.leaseInf.HasSynced
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { k.poke() },
 		UpdateFunc: func(any, any) { k.poke() },
@@ -97,6 +102,37 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 		}
 	}
 	return k, nil
+}
+
+// fromCache starts an informer from the API server's watch cache. client-go
+// opens an informer with a watch-list stream (sendInitialEvents) that, with
+// no resourceVersion yet, is a consistent read: the watch cache first waits
+// until etcd confirms it is current, and the API server asks etcd for that
+// at most every 100 ms per resource. The nodes of one wave boot within that
+// time of each other, and each agent's first view of its BootcNode and
+// grants waited for it before the first report after the reboot, the one
+// the coordinator releases the slot on. Until the informer first synced,
+// the stream starts at resourceVersion 0 instead: the watch cache's current
+// state, at once, in the same one request (a LIST at resourceVersion 0 where
+// client-go lists instead). Later streams resume from the version last seen,
+// as before. The view is a hint either way, as the watch that follows it is:
+// every stage, unlock, rollback and reboot is confirmed with a consistent
+// GET of its Lease first (docs/design.md, amendments 6 and 32).
+type fromCache struct {
+	*cache.ListWatch
+	synced func() bool
+}
+
+func (f fromCache) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	if o.SendInitialEvents != nil && *o.SendInitialEvents && o.ResourceVersion == "" && !f.synced() {
+		o.ResourceVersion = "0"
+	}
+	return f.ListWatch.WatchWithContext(ctx, o)
+}
+
+// Watch is WatchWithContext for callers without a context.
+func (f fromCache) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return f.WatchWithContext(context.Background(), o)
 }
 
 // noteListErr remembers why an informer's list or watch failed, so the

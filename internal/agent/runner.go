@@ -64,11 +64,12 @@ type runner struct {
 	// behind the pull for a new one.
 	lastRead *statusRead
 	// reuseRead: the last round's report gave a new grant its first
-	// heartbeat, so the round that follows at once acts on that round's
-	// read (milliseconds old, this boot) instead of running bootc status
-	// again. Each step re-reads what it depends on anyway: the reboot
-	// checks the staged digest before and after unlocking, and bootc
-	// switch works on the deployment as it is.
+	// heartbeat, or the last round cleared the reboot record, so the round
+	// that follows at once acts on that round's read (milliseconds old,
+	// this boot) instead of running bootc status again. Each step re-reads
+	// what it depends on anyway: the reboot checks the staged digest before
+	// and after unlocking, and bootc switch works on the deployment as it
+	// is.
 	reuseRead bool
 	// waitingFor and waitingSince: the desired image an Idle node started
 	// waiting for a stage grant for, and when (Config.WaitingHold).
@@ -298,7 +299,12 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	}
 	if act.Kind == decide.ClearRecord && again {
 		// Bookkeeping done; the round that follows at once reports the
-		// state after it (one status write, not two).
+		// state after it (one status write, not two), on this round's
+		// read when it was fresh in this boot: clearing the record ran no
+		// bootc command, so a second bootc status, on the path from a
+		// reboot to the report the coordinator releases the slot on, would
+		// read the same (amendment 32).
+		r.reuseRead = fresh
 		return again, next
 	}
 	if hold := r.holdWaiting(obs, act); hold > 0 {

@@ -47,6 +47,32 @@ type memBootc struct {
 	stages   []string
 	applies  []bootc.SoftReboot
 	canceled int
+	// counting, when set, says whether a bootc status read now is counted
+	// in reads.
+	counting func() bool
+	reads    int
+}
+
+func (b *memBootc) Status(ctx context.Context) (bootc.Status, error) {
+	b.mu.Lock()
+	if b.counting != nil && b.counting() {
+		b.reads++
+	}
+	b.mu.Unlock()
+	return b.CLI.Status(ctx)
+}
+
+// countReads counts the bootc status reads from when counting says so.
+func (b *memBootc) countReads(counting func() bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counting, b.reads = counting, 0
+}
+
+func (b *memBootc) statusReads() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reads
 }
 
 func newMemBootc(m *testbootc.Machine) *memBootc {
