@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
 
 const (
@@ -412,12 +415,34 @@ func slotsFree(ctx context.Context, f *Fleet, pool string) bool {
 	if err != nil {
 		return false
 	}
-	for _, l := range leases.Items {
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && !finishedStage(ctx, f, pool, l) {
 			return false
 		}
 	}
 	return true
+}
+
+// finishedStage: l is a stage slot whose holder is done with it, as the
+// coordinator reads it (plan.StageFinished): such a slot stays held until
+// the next stage grant hands it on (design.md, amendment 31).
+func finishedStage(ctx context.Context, f *Fleet, pool string, l *coordinationv1.Lease) bool {
+	s, ok := plan.ParseSlot(pool, l)
+	if !ok || s.State != plan.SlotHeld || s.Kind != lease.KindStage {
+		return false
+	}
+	var kn corev1.Node
+	var bn fleetv1.BootcNode
+	if f.Env.Client.Get(ctx, client.ObjectKey{Name: s.Holder}, &kn) != nil || f.Env.Client.Get(ctx, client.ObjectKey{Name: s.Holder}, &bn) != nil {
+		return false
+	}
+	n := plan.Node{Name: kn.Name, BootID: kn.Status.NodeInfo.BootID}
+	var st *fleetv1.BootcNodeStatus
+	if bn.Status.BootID == n.BootID {
+		st = &bn.Status
+	}
+	return plan.StageFinished(s.Grant, n, st, false)
 }
 
 // poolEvents are the notes of the Events with reason about node, as the

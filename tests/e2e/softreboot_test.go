@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/tests/testbootc"
 )
@@ -62,16 +60,7 @@ func TestSoftRebootUnderSystemd(t *testing.T) {
 		if err := f.Env.Client.Get(ctx, client.ObjectKey{Name: pool}, &got); err != nil || got.Status.Updated != 2 {
 			return false, nil
 		}
-		leases, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + pool})
-		if err != nil {
-			return false, nil
-		}
-		for _, l := range leases.Items {
-			if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-				return false, nil
-			}
-		}
-		return allSchedulable(ctx, f), nil
+		return slotsFree(ctx, f, pool) && allSchedulable(ctx, f), nil
 	}); err != nil {
 		log, _ := os.ReadFile(filepath.Join(string(soft.Bootc), filepath.Base(simSoftRebootLog)))
 		t.Fatalf("%v; %s's e2e-soft-reboot.service wrote: %q", err, soft.Name, log)
