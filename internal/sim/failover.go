@@ -17,9 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
+	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/controller"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 )
@@ -172,6 +174,41 @@ func (f *ProcFleet) HeldSlots(ctx context.Context) []string {
 	var out []string
 	for _, l := range ls.Items {
 		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			out = append(out, fmt.Sprintf("%s=%s/%s", l.Name, *l.Spec.HolderIdentity, l.Annotations[lease.AnnotationPhase]))
+		}
+	}
+	return out
+}
+
+// BusySlots lists the pool's held slots as HeldSlots does, but for stage
+// slots whose holders are done with them: those stay held until the next
+// stage grant hands them on (design.md, amendment 31), so a converged pool
+// may keep them.
+func (f *ProcFleet) BusySlots(ctx context.Context) []string {
+	ls, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + f.Pool})
+	if err != nil {
+		return []string{"(" + err.Error() + ")"}
+	}
+	nodes, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []string{"(" + err.Error() + ")"}
+	}
+	byName := map[string]corev1.Node{}
+	for _, n := range nodes.Items {
+		byName[n.Name] = n
+	}
+	bns := map[string]*fleetv1.BootcNode{}
+	var list fleetv1.BootcNodeList
+	if err := f.Env.Client.List(ctx, &list); err != nil {
+		return []string{"(" + err.Error() + ")"}
+	}
+	for i := range list.Items {
+		bns[list.Items[i].Name] = &list.Items[i]
+	}
+	var out []string
+	for i := range ls.Items {
+		l := &ls.Items[i]
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && !finishedStage(f.Pool, l, byName, bns) {
 			out = append(out, fmt.Sprintf("%s=%s/%s", l.Name, *l.Spec.HolderIdentity, l.Annotations[lease.AnnotationPhase]))
 		}
 	}

@@ -186,7 +186,7 @@ func convergedBut(ctx context.Context, f *sim.ProcFleet, target, admin string) (
 			pending = append(pending, n.Name+"("+string(bn.Status.Phase)+")")
 		}
 	}
-	if held := f.HeldSlots(ctx); len(held) > 0 {
+	if held := f.BusySlots(ctx); len(held) > 0 {
 		pending = append(pending, fmt.Sprint(held))
 	}
 	return len(pending) == 0, fmt.Sprint(pending)

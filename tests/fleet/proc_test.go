@@ -9,7 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 	"github.com/bootc-fleet/bootc-fleet/tests/envtest"
@@ -143,16 +142,7 @@ func TestProcFleetSoftReboot(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		held, cordoned := 0, 0
-		ls, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + f.Pool})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range ls.Items {
-			if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-				held++
-			}
-		}
+		held, cordoned := len(f.BusySlots(ctx)), 0 // finished stage slots stay held (amendment 31)
 		nodes, err := f.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
