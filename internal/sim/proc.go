@@ -449,7 +449,16 @@ func finishedStage(pool string, l *coordinationv1.Lease, nodes map[string]corev1
 	s, ok := plan.ParseSlot(pool, l)
 	bn, converged := bns[s.Holder]
 	kn, exists := nodes[s.Holder]
-	if !ok || s.State != plan.SlotHeld || s.Kind != lease.KindStage || !converged || !exists {
+	return ok && converged && exists && StageSlotFinished(pool, l, &kn, bn)
+}
+
+// StageSlotFinished says whether l is a stage slot of pool held by the
+// node of kn and bn that is done with it, as the coordinator reads it
+// (plan.StageFinished): such a slot stays held until the next stage grant
+// hands it on (design.md, amendment 31).
+func StageSlotFinished(pool string, l *coordinationv1.Lease, kn *corev1.Node, bn *fleetv1.BootcNode) bool {
+	s, ok := plan.ParseSlot(pool, l)
+	if !ok || s.State != plan.SlotHeld || s.Kind != lease.KindStage || s.Holder != kn.Name || s.Holder != bn.Name {
 		return false
 	}
 	n := plan.Node{Name: kn.Name, BootID: kn.Status.NodeInfo.BootID}

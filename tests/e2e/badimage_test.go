@@ -20,7 +20,7 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
-	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
+	"github.com/bootc-fleet/bootc-fleet/internal/sim"
 )
 
 const (
@@ -424,25 +424,19 @@ func slotsFree(ctx context.Context, f *Fleet, pool string) bool {
 	return true
 }
 
-// finishedStage: l is a stage slot whose holder is done with it, as the
-// coordinator reads it (plan.StageFinished): such a slot stays held until
-// the next stage grant hands it on (design.md, amendment 31).
+// finishedStage: l is a stage slot whose holder is done with it
+// (sim.StageSlotFinished, amendment 31).
 func finishedStage(ctx context.Context, f *Fleet, pool string, l *coordinationv1.Lease) bool {
-	s, ok := plan.ParseSlot(pool, l)
-	if !ok || s.State != plan.SlotHeld || s.Kind != lease.KindStage {
+	if l.Spec.HolderIdentity == nil {
 		return false
 	}
 	var kn corev1.Node
 	var bn fleetv1.BootcNode
-	if f.Env.Client.Get(ctx, client.ObjectKey{Name: s.Holder}, &kn) != nil || f.Env.Client.Get(ctx, client.ObjectKey{Name: s.Holder}, &bn) != nil {
+	holder := client.ObjectKey{Name: *l.Spec.HolderIdentity}
+	if f.Env.Client.Get(ctx, holder, &kn) != nil || f.Env.Client.Get(ctx, holder, &bn) != nil {
 		return false
 	}
-	n := plan.Node{Name: kn.Name, BootID: kn.Status.NodeInfo.BootID}
-	var st *fleetv1.BootcNodeStatus
-	if bn.Status.BootID == n.BootID {
-		st = &bn.Status
-	}
-	return plan.StageFinished(s.Grant, n, st, false)
+	return sim.StageSlotFinished(pool, l, &kn, &bn)
 }
 
 // poolEvents are the notes of the Events with reason about node, as the
