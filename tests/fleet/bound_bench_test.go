@@ -174,16 +174,17 @@ func rolloutBound(b *testing.B, n, m int, light bool, coordinator string) []boun
 	return r.figures(created, changed)
 }
 
-// settled: the pool's slots exist (slots of them), none is held, and every
-// node's BootcNode asks for img, which it booted, and its agent reported
-// Idle.
+// settled: the pool's slots exist (slots of them), none is held but stage
+// slots their holders are done with (kept until the next stage grant hands
+// them on, amendment 31), and every node's BootcNode asks for img, which it
+// booted, and its agent reported Idle.
 func settled(ctx context.Context, f *Fleet, p *Pool, img string, slots int) bool {
 	ls, err := f.Kube.CoordinationV1().Leases(lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: lease.LabelPool + "=" + p.Name})
 	if err != nil || len(ls.Items) != slots {
 		return false
 	}
-	for _, l := range ls.Items {
-		if l.Labels[lease.LabelHolder] != "" {
+	for i := range ls.Items {
+		if l := &ls.Items[i]; l.Labels[lease.LabelHolder] != "" && !finishedStage(ctx, f, p.Name, l) {
 			return false
 		}
 	}
