@@ -240,6 +240,9 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 		if g.Kind == lease.KindReboot && st.Booted != nil && st.Booted.Digest == g.Image.Digest {
 			continue // spent: the coordinator is verifying it
 		}
+		if g.Kind == lease.KindStage && !a.staging.Load() && st.Staged != nil && st.Staged.Image == desired && st.Staged.DownloadOnly {
+			continue // done with it: neither listed nor heartbeated (decide.StageFinished, amendment 31)
+		}
 		if g.Kind == lease.KindReboot && g.Phase != lease.PhaseReboot {
 			continue // nothing to do under it while the node drains (amendment 18)
 		}
