@@ -205,8 +205,10 @@ func (f *Fleet) newNode(name string, opts Options, run string) (*Node, error) {
 	}
 	envFile := filepath.Join(dir, "agent.env")
 	// The site configuration a user would write: only what differs in a
-	// container (no /ostree to watch; the test bootc's state instead).
-	conf := "BOOTC_FLEET_AGENT_EXTRA_ARGS=\"--watch-path=" + nodeBootcState + " --poll-interval=5s --log-level=debug\"\n"
+	// container (no /ostree to watch; the test bootc's state file instead).
+	// Its file, not its directory: every test bootc call appends to a log
+	// there, and a watch on the directory re-read status on each one.
+	conf := "BOOTC_FLEET_AGENT_EXTRA_ARGS=\"--watch-path=" + nodeBootcState + "/" + testbootc.StateFile + " --poll-interval=5s --log-level=debug\"\n"
 	if err := os.WriteFile(envFile, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}

@@ -48,10 +48,12 @@ const (
 )
 
 // EnvState names the state directory the executable uses; HangPIDsFile
-// holds the pids of a hanging switch and its child.
+// holds the pids of a hanging switch and its child; StateFile is the
+// machine state every call reads and writes atomically.
 const (
 	EnvState     = testbootc.EnvState
 	HangPIDsFile = testbootc.HangPIDsFile
+	StateFile    = testbootc.StateFile
 )
 
 // NewBooted returns a machine booted on ref (repo@sha256:...).
