@@ -58,6 +58,12 @@ const (
 	// EventRolledBack: the node is back on its previous image; the slot is
 	// released.
 	EventRolledBack = "RolledBack"
+	// EventRollbackFailed, on the Node, its BootcNode and the pool: a
+	// rollback grant's node did not come back on its previous image. Not a
+	// second HealthCheckFailed: events.k8s.io folds Events of one reason
+	// about one object into a series that keeps the first note, so the
+	// rollback's failure would read as the gate's.
+	EventRollbackFailed = "RollbackFailed"
 	// EventImageQuarantined, on the pool: its target is quarantined.
 	EventImageQuarantined = "ImageQuarantined"
 	// EventCanariesPassed, on the pool: every canary passed its gate.

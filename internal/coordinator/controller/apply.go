@@ -41,6 +41,9 @@ const writeParallelism = 64
 // concurrently, in rounds (slotRounds): what a grant counts on is written
 // before it. applied reports whether any slot changed.
 func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, w *observed, in plan.Input, out plan.Output) (applied bool, err error) {
+	if pool, err = r.recordQuarantineFirst(ctx, log, pool, out.Status); err != nil {
+		return false, err
+	}
 	if err := r.parallel(ctx, len(out.CreateSlots), func(ctx context.Context, i int) error {
 		ref := out.CreateSlots[i]
 		l := plan.NewSlotLease(pool.Name, ref)
@@ -113,6 +116,27 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 	return applied, r.markAutoscalers(ctx, log, pool.Name, w)
 }
 
+// recordQuarantineFirst writes the pool's status before anything else of
+// the pass when it quarantines a target (amendment 34). The quarantine
+// lives only in status.quarantine, and the slot writes of the same pass
+// (the failed grant, or the release of a node that came back by itself)
+// and of the next (the rollback grant) take away what it was derived from:
+// written after them, a status update that fails, or a restart in between,
+// would let the image through to the next node. If this write fails,
+// nothing of the pass is done. It returns the pool as written (or as read,
+// when nothing was).
+func (r *poolReconciler) recordQuarantineFirst(ctx context.Context, log logr.Logger, pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus) (*fleetv1.BootcNodePool, error) {
+	if st.Quarantine == nil || equality.Semantic.DeepEqual(pool.Status.Quarantine, st.Quarantine) {
+		return pool, nil
+	}
+	written, err := r.updateStatus(ctx, pool, st)
+	if err != nil {
+		return pool, fmt.Errorf("recording the quarantine of %s before acting on it: %w", st.Quarantine.Digest, err)
+	}
+	log.Info("quarantine recorded", "digest", st.Quarantine.Digest, "node", st.Quarantine.Node, "reason", st.Quarantine.Reason)
+	return written, nil
+}
+
 // statusEvery is how often a pool's status is written when only its counts
 // and messages changed: a busy pool passes many times a second, and one
 // status write per pass was the largest share of the coordinator's writes.
@@ -137,17 +161,27 @@ func (r *poolReconciler) writeStatus(ctx context.Context, pool *fleetv1.BootcNod
 		r.setStatusDue(pool.Name, last.Add(statusEvery).Sub(now))
 		return nil
 	}
+	_, err := r.updateStatus(ctx, pool, st)
+	return err
+}
+
+// updateStatus writes st as pool's status now and returns the pool as
+// written.
+func (r *poolReconciler) updateStatus(ctx context.Context, pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus) (*fleetv1.BootcNodePool, error) {
 	p := pool.DeepCopy()
 	p.Status = st
 	if err := r.client.Status().Update(ctx, p); err != nil {
-		return fmt.Errorf("updating pool status: %w", err)
+		return nil, fmt.Errorf("updating pool status: %w", err)
 	}
+	// The typed client clears TypeMeta on decode; Events and owner
+	// references made from the returned object need it.
+	p.TypeMeta = pool.TypeMeta
 	r.writes.wrote(pool.Name, kindPool, p)
 	r.mu.Lock()
-	r.statusWritten[pool.Name] = now
+	r.statusWritten[pool.Name] = time.Now()
 	r.mu.Unlock()
 	r.setStatusDue(pool.Name, 0)
-	return nil
+	return p, nil
 }
 
 func (r *poolReconciler) setStatusDue(pool string, d time.Duration) {
@@ -163,6 +197,9 @@ func (r *poolReconciler) setStatusDue(pool string, d time.Duration) {
 // statusUrgent: b differs from a in something the planner reads back.
 func statusUrgent(a, b fleetv1.BootcNodePoolStatus) bool {
 	if a.ObservedGeneration != b.ObservedGeneration || a.TargetImage != b.TargetImage || len(a.Conditions) != len(b.Conditions) {
+		return true
+	}
+	if !equality.Semantic.DeepEqual(a.Quarantine, b.Quarantine) || !equality.Semantic.DeepEqual(a.Canary, b.Canary) {
 		return true
 	}
 	for _, c := range b.Conditions {

@@ -25,6 +25,12 @@ func TestStatusUrgent(t *testing.T) {
 		}, true},
 		{"the target image", func(s *fleetv1.BootcNodePoolStatus) { s.TargetImage = "r/os@sha256:bb" }, true},
 		{"the observed generation", func(s *fleetv1.BootcNodePoolStatus) { s.ObservedGeneration = 3 }, true},
+		{"a quarantine", func(s *fleetv1.BootcNodePoolStatus) {
+			s.Quarantine = &fleetv1.Quarantine{SpecImage: "r/os:1", Digest: "r/os@sha256:aa", Node: "n1", Reason: "HostUnitFailed"}
+		}, true},
+		{"the canaries", func(s *fleetv1.BootcNodePoolStatus) {
+			s.Canary = &fleetv1.CanaryStatus{Target: "r/os@sha256:aa", Nodes: []string{"n1"}}
+		}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := *base.DeepCopy()

@@ -181,6 +181,8 @@ func runGateScenario(t *testing.T, sc gateScenario) {
 		}
 	})
 	eventually(t, 180*time.Second, sc.name+" settled", func() (bool, string) { return gateSettled(ctx, f, bad, sc.outcome) })
+	// Events are recorded in the background, after the writes they tell.
+	eventually(t, 60*time.Second, sc.name+"'s Events recorded", func() (bool, string) { return gateEventsLanded(ctx, f.pool, bad, sc.outcome) })
 	got := userView(t, ctx, f, bad)
 	cancel()
 	goldenFile(t, filepath.Join("gates", sc.name), got)
@@ -225,6 +227,42 @@ func gateSettled(ctx context.Context, f *fleet, bad string, o gateOutcome) (bool
 	default:
 		return halted && failure == fleetv1.ReasonRollbackFailed && state == "Failed", "failure " + failure + ", rollout state " + state
 	}
+}
+
+// gateEventsLanded: every copy of the Events outcome o tells about node
+// is recorded: the Warnings on the Node, its BootcNode and the pool, the
+// quarantine on the pool, and a rollback's end on the Node.
+func gateEventsLanded(ctx context.Context, pool, node string, o gateOutcome) (bool, string) {
+	type copyOf struct{ reason, kind, name string }
+	var want []copyOf
+	warn := func(reasons ...string) {
+		for _, r := range reasons {
+			want = append(want, copyOf{r, "Node", node}, copyOf{r, "BootcNode", node}, copyOf{r, "BootcNodePool", pool})
+		}
+	}
+	warn(fleetv1.EventHealthCheckFailed)
+	want = append(want, copyOf{fleetv1.EventImageQuarantined, "BootcNodePool", pool})
+	switch o {
+	case rolledBack:
+		warn(fleetv1.EventRollbackGranted)
+		want = append(want, copyOf{fleetv1.EventRolledBack, "Node", node})
+	case rollbackFailed:
+		warn(fleetv1.EventRollbackGranted, fleetv1.EventRollbackFailed)
+	}
+	var evs eventsv1.EventList
+	if err := env.Client.List(ctx, &evs); err != nil {
+		return false, err.Error()
+	}
+	have := map[copyOf]bool{}
+	for _, e := range evs.Items {
+		have[copyOf{e.Reason, e.Regarding.Kind, e.Regarding.Name}] = true
+	}
+	for _, w := range want {
+		if !have[w] {
+			return false, fmt.Sprintf("no %s Event on %s/%s yet", w.reason, w.kind, w.name)
+		}
+	}
+	return true, ""
 }
 
 // userView is what the user reads of pool f after node failed: the pool
@@ -273,7 +311,7 @@ func gateEvents(t *testing.T, ctx context.Context, pool, node string) string {
 	if err := env.Client.List(ctx, &evs); err != nil {
 		t.Fatal(err)
 	}
-	rank := map[string]int{fleetv1.EventHealthCheckFailed: 1, fleetv1.EventImageQuarantined: 2, fleetv1.EventRollbackGranted: 3, fleetv1.EventRolledBack: 4}
+	rank := map[string]int{fleetv1.EventHealthCheckFailed: 1, fleetv1.EventImageQuarantined: 2, fleetv1.EventRollbackGranted: 3, fleetv1.EventRolledBack: 4, fleetv1.EventRollbackFailed: 5}
 	seen := map[string]bool{}
 	var lines []string
 	for _, e := range evs.Items {

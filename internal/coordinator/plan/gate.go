@@ -353,6 +353,6 @@ func (p *planner) rollbackFailed(h heldSlot, why string) {
 	s, n, g := h.Slot, h.n, h.Grant
 	p.change(s, SlotChange{Op: OpMarkFailed, Failure: fleetv1.ReasonRollbackFailed, Why: WhyRollbackFailed})
 	p.failedSlot[g.Holder] = fleetv1.ReasonRollbackFailed
-	p.nodeEvent(n.Name, "Warning", fleetv1.EventHealthCheckFailed, "node %s failed its rollback to %s (%s): %s; slot %s stays held and the pool halts: repair the node by hand (boot it into a working image), then uncordon it and delete Lease %s/%s",
+	p.nodeEvent(n.Name, "Warning", fleetv1.EventRollbackFailed, "node %s failed its rollback to %s (%s): %s; slot %s stays held and the pool halts: repair the node by hand (boot it into a working image), then uncordon it and delete Lease %s/%s",
 		n.Name, g.Image, fleetv1.ReasonRollbackFailed, why, s.Name, lease.Namespace, s.Name)
 }

@@ -288,6 +288,9 @@ func TestRollbackNotBackInTimeFails(t *testing.T) {
 	if mf := changes(out, OpMarkFailed, lease.KindReboot); len(mf) != 1 || mf[0].Failure != fleetv1.ReasonRollbackFailed {
 		t.Fatalf("not RollbackFailed: %+v", out.Changes)
 	}
+	if !hasEvent(out, fleetv1.EventRollbackFailed, "node node-00 failed its rollback") || hasEvent(out, fleetv1.EventHealthCheckFailed, "") {
+		t.Fatalf("the failed rollback is not its own Event (a second HealthCheckFailed folds into the gate's series): %+v", out.Events)
+	}
 	w.nodes["node-00"].Ready = true
 	w.agentReports("node-00", imgV1, imageref.Pinned{}, fleetv1.PhaseIdle)
 	for i := 0; i < 3; i++ {
