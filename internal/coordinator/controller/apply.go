@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -249,20 +249,53 @@ func slotRounds(changes []plan.SlotChange) [][][]plan.SlotChange {
 }
 
 // parallel runs do(0..n-1), at most writeParallelism at a time, and returns
-// the first error; after one, no new call starts.
+// the first error; after one, no new call starts, and the calls in flight
+// finish on ctx, the caller's (amendment 33). A call is a slot's writes in
+// their order (uncordon, Lease, cordon): cancelling the others at the first
+// failure would leave them half done, a grant written without its cordon
+// or a request aborted with no answer, for the next pass to find and mend,
+// where letting them finish costs at most the writes already started.
 func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx context.Context, i int) error) error {
 	if n == 1 {
 		return do(ctx, 0)
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(writeParallelism)
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	sem := make(chan struct{}, writeParallelism)
+	started := 0
 	for i := range n {
-		if gctx.Err() != nil {
+		sem <- struct{}{}
+		if failed() || ctx.Err() != nil {
+			<-sem
 			break
 		}
-		g.Go(func() error { return do(gctx, i) })
+		started++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := do(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
 	}
-	return g.Wait()
+	wg.Wait()
+	if first == nil && started < n {
+		return ctx.Err() // ended before every call started
+	}
+	return first
 }
 
 // recordEvents records the plan's Events. Every Event is an API write, so

@@ -291,11 +291,16 @@ func (o *Options) realParts(cfg *rest.Config, log logr.Logger) error {
 }
 
 // newPoolReconciler builds the reconciler and adds to mgr the runnables it
-// needs: the drain tracker and the BootcNode writer.
+// needs: the drain tracker, the image lookups and the BootcNode writer.
 func newPoolReconciler(mgr manager.Manager, opts Options, log logr.Logger, undecodable *undecodables) (*poolReconciler, error) {
 	auth := &registryAuth{reader: mgr.GetAPIReader(), namespace: secretNamespace, file: opts.RegistryAuthFile}
 	drains := newDrainTracker(opts.Drainer, log.WithName("drain"))
 	if err := mgr.Add(drains); err != nil {
+		return nil, err
+	}
+	// Image lookups run in the background, on the leader only (amendment 33).
+	targets := newTargetCache(opts.Resolver, auth, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve"))
+	if err := mgr.Add(targets); err != nil {
 		return nil, err
 	}
 	writes := newOwnWrites()
@@ -312,7 +317,7 @@ func newPoolReconciler(mgr manager.Manager, opts Options, log logr.Logger, undec
 		bootcNodes:    bootcNodes,
 		recorder:      mgr.GetEventRecorder(opts.Name),
 		drains:        drains,
-		targets:       newTargetCache(opts.Resolver, auth, opts.ResolveInterval, opts.ResolveRetryInterval, log.WithName("resolve")),
+		targets:       targets,
 		opts:          opts,
 		log:           log,
 		waiting:       map[string]time.Time{},

@@ -81,6 +81,7 @@ func (r *poolReconciler) setup(mgr ctrl.Manager) error {
 		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(poolOfLease)).
 		WatchesRawSource(source.Channel(r.drains.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
+		WatchesRawSource(source.Channel(r.targets.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
 		WatchesRawSource(source.Channel(r.undecodable.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
 		Complete(r)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/bootc-fleet/bootc-fleet/api/imageref"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
@@ -14,17 +16,47 @@ import (
 )
 
 // targetCache remembers each pool's resolved image, so a tag is looked up
-// once per interval, not once per reconcile.
+// once per interval, not once per reconcile. Lookups run in the background
+// (amendment 33): a registry that accepts the connection and never answers
+// holds a lookup for the resolver's whole timeout, and a pass that waited
+// for it would hold the pool's releases, drains and status behind it. A
+// pass uses the last result and starts a lookup when one is due; the end of
+// a lookup asks for a pass of its pool (events).
 type targetCache struct {
 	resolver      Resolver
 	auth          *registryAuth
 	interval      time.Duration
 	retryInterval time.Duration
 	log           logr.Logger
+	// firstWait bounds how long a pass waits for the first answer for a
+	// pool's spec.image (firstAnswerWait).
+	firstWait time.Duration
+	events    chan event.TypedGenericEvent[*fleetv1.BootcNodePool]
 
-	mu sync.Mutex
-	m  map[string]*target // by pool
+	mu      sync.Mutex
+	base    context.Context       // lookups run under it (Start); nil: not started
+	m       map[string]*target    // by pool: the last result
+	running map[string]*resolving // by pool: the lookup in flight
 }
+
+// resolving is one lookup in flight.
+type resolving struct {
+	spec    string    // specKey it resolves
+	started time.Time // the process's clock, for the waits
+	done    chan struct{}
+	cancel  context.CancelFunc
+	slow    bool // a pass logged that it is slow
+}
+
+// firstAnswerWait: a pass that finds no answer yet for its pool's
+// spec.image (a new pool, a new spec.image, a restarted coordinator) waits
+// this long from the lookup's start, once, so a registry that answers gives
+// the pass its digest and a pool no passing ResolveFailed; a pool without a
+// digest grants nothing anyway.
+const firstAnswerWait = 2 * time.Second
+
+// slowLookup: a lookup in flight this long is logged, once.
+const slowLookup = 5 * time.Second
 
 type target struct {
 	spec   string // spec.image (and the pull secret's name) it was resolved from
@@ -46,7 +78,25 @@ type target struct {
 func (t *target) retry() bool { return t.err != "" || t.uninspected != "" }
 
 func newTargetCache(r Resolver, auth *registryAuth, interval, retry time.Duration, log logr.Logger) *targetCache {
-	return &targetCache{resolver: r, auth: auth, interval: interval, retryInterval: retry, log: log, m: map[string]*target{}}
+	return &targetCache{resolver: r, auth: auth, interval: interval, retryInterval: retry, log: log, firstWait: firstAnswerWait,
+		events: make(chan event.TypedGenericEvent[*fleetv1.BootcNodePool], 64),
+		m:      map[string]*target{}, running: map[string]*resolving{}}
+}
+
+// Start implements manager.Runnable: it holds the context lookups run
+// under, and cancels those in flight when it ends.
+func (c *targetCache) Start(ctx context.Context) error {
+	c.mu.Lock()
+	c.base = ctx
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pool, run := range c.running {
+		run.cancel()
+		delete(c.running, pool)
+	}
+	return nil
 }
 
 // specKey: what a resolution depends on in the pool's spec. A new pull
@@ -55,18 +105,114 @@ func specKey(pool *fleetv1.BootcNodePool) string {
 	return pool.Spec.Image + "\x00" + pool.Spec.ImagePullSecret
 }
 
-// get returns the pool's target, resolving when due, and how long until the
-// next resolution is due.
+// noAnswerYet is the resolve error while the first lookup for a
+// spec.image has not answered: no new grants, as for a failed one.
+const noAnswerYet = "the registry has not answered yet; the lookup goes on in the background"
+
+// get returns the pool's target, starting a lookup in the background when
+// one is due, and how long until the pool wants a pass for the next. It
+// does not wait for the registry, but for the first answer for a
+// spec.image, at most firstWait from the lookup's start.
 func (c *targetCache) get(ctx context.Context, pool *fleetv1.BootcNodePool, now time.Time) (target, time.Duration) {
+	key := specKey(pool)
 	c.mu.Lock()
 	t := c.m[pool.Name]
-	c.mu.Unlock()
-	key := specKey(pool)
+	run := c.running[pool.Name]
+	if run != nil && run.spec != key {
+		// spec.image changed: the answer in flight is no one's.
+		run.cancel()
+		delete(c.running, pool.Name)
+		run = nil
+	}
 	due := t == nil || t.spec != key ||
 		(!t.retry() && now.Sub(t.at) >= c.interval) || (t.retry() && now.Sub(t.at) >= c.retryInterval)
-	if !due {
-		return *t, c.next(t, now)
+	if due && run == nil {
+		run = c.startLocked(pool, t, now)
 	}
+	c.mu.Unlock()
+
+	answered := t != nil && t.spec == key
+	if !answered && run != nil {
+		c.awaitFirst(ctx, run)
+		c.mu.Lock()
+		t = c.m[pool.Name]
+		c.mu.Unlock()
+		answered = t != nil && t.spec == key
+	}
+	log := c.log.WithValues("pool", pool.Name, "image", pool.Spec.Image)
+	if run != nil {
+		c.noteSlow(log, run, t, answered)
+	}
+	if !answered {
+		// Until it answers, in-flight grants finish against the last
+		// target; whether that is an index, only the registry can say.
+		nt := target{spec: key, err: noAnswerYet}
+		if p, err := imageref.ParsePinned(pool.Status.TargetImage); err == nil {
+			nt.pinned, nt.indexUnknown = p, true
+		}
+		return nt, c.retryInterval
+	}
+	if run != nil {
+		// Its end asks for a pass; this is in case it never ends.
+		return *t, c.retryInterval
+	}
+	return *t, c.next(t, now)
+}
+
+// awaitFirst waits for run until firstWait after its start.
+func (c *targetCache) awaitFirst(ctx context.Context, run *resolving) {
+	// Pacing, not a decision: the process's own clock.
+	d := time.Until(run.started.Add(c.firstWait))
+	if d <= 0 {
+		return
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-run.done:
+	case <-tm.C:
+	case <-ctx.Done():
+	}
+}
+
+// noteSlow logs, once per lookup, one that has been in flight for
+// slowLookup, and what the passes go on with meanwhile.
+func (c *targetCache) noteSlow(log logr.Logger, run *resolving, t *target, answered bool) {
+	c.mu.Lock()
+	if run.slow || time.Since(run.started) < slowLookup {
+		c.mu.Unlock()
+		return
+	}
+	run.slow = true
+	c.mu.Unlock()
+	if answered {
+		log.Info("the registry has not answered for a while; passes go on with the last result until it does", "waited", time.Since(run.started).Round(time.Second).String(),
+			"keeping", t.pinned.String(), "lastError", t.err)
+		return
+	}
+	log.Info("the registry has not answered the first lookup of spec.image for a while; no new grants until it does", "waited", time.Since(run.started).Round(time.Second).String())
+}
+
+// startLocked starts a lookup of pool's image in the background; old is
+// the last result (nil: none). c.mu is held.
+func (c *targetCache) startLocked(pool *fleetv1.BootcNodePool, old *target, now time.Time) *resolving {
+	base := c.base
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, cancel := context.WithCancel(base)
+	run := &resolving{spec: specKey(pool), started: time.Now(), done: make(chan struct{}), cancel: cancel}
+	c.running[pool.Name] = run
+	go c.resolve(ctx, run, pool.DeepCopy(), old, now)
+	return run
+}
+
+// resolve runs one lookup and records its result, unless a newer spec or
+// the pool's deletion made it no one's; then it asks for a pass of the pool.
+func (c *targetCache) resolve(ctx context.Context, run *resolving, pool *fleetv1.BootcNodePool, t *target, now time.Time) {
+	defer close(run.done)
+	defer run.cancel()
+	key := run.spec
 	nt := &target{spec: key, at: now}
 	if t != nil && t.spec == key {
 		nt.pinned, nt.index, nt.indexUnknown, nt.uninspected, nt.ok = t.pinned, t.index, t.indexUnknown, t.uninspected, t.ok
@@ -86,9 +232,14 @@ func (c *targetCache) get(ctx context.Context, pool *fleetv1.BootcNodePool, now 
 			nt.err = r + ": " + nt.err
 		}
 	}
-	if err != nil {
-		log.Info("cannot resolve the pool's image; no new grants", "error", nt.err, "keeping", nt.pinned.String())
-	} else {
+	c.mu.Lock()
+	if c.running[pool.Name] != run {
+		c.mu.Unlock()
+		return // cancelled: spec.image changed, or the pool is gone
+	}
+	delete(c.running, pool.Name)
+	c.m[pool.Name] = nt
+	if err == nil {
 		nt.pinned, nt.index, nt.indexUnknown, nt.ok, nt.uninspected = res.Image, res.Index, false, now, ""
 		if res.Uninspected != nil {
 			nt.uninspected = res.Uninspected.Error()
@@ -96,12 +247,17 @@ func (c *targetCache) get(ctx context.Context, pool *fleetv1.BootcNodePool, now 
 				nt.uninspected = r + ": " + nt.uninspected
 			}
 		}
+	}
+	c.mu.Unlock()
+	if err != nil {
+		log.Info("cannot resolve the pool's image; no new grants", "error", nt.err, "keeping", nt.pinned.String())
+	} else {
 		c.logResolved(log, t, nt)
 	}
-	c.mu.Lock()
-	c.m[pool.Name] = nt
-	c.mu.Unlock()
-	return *nt, c.next(nt, now)
+	select {
+	case c.events <- event.TypedGenericEvent[*fleetv1.BootcNodePool]{Object: &fleetv1.BootcNodePool{ObjectMeta: metav1.ObjectMeta{Name: pool.Name}}}:
+	case <-ctx.Done():
+	}
 }
 
 // logResolved explains a new result once, not every interval.
@@ -133,6 +289,10 @@ func (c *targetCache) next(t *target, now time.Time) time.Duration {
 
 func (c *targetCache) forget(pool string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if run := c.running[pool]; run != nil {
+		run.cancel()
+		delete(c.running, pool)
+	}
 	delete(c.m, pool)
-	c.mu.Unlock()
 }

@@ -139,7 +139,16 @@ func (d *Drainer) setUnschedulable(ctx context.Context, node string, want bool, 
 		if err != nil {
 			return nil, fmt.Errorf("%s node %s: %w", verb, node, err)
 		}
-		d.log.Info(strings.TrimSuffix(verb, "ing")+"ed node", "node", node, "for", mark)
+		if want {
+			d.log.Info("cordoned node", "node", node, "grant", mark)
+		} else {
+			// The grant whose cordon this lifted: the mark as read.
+			lifted := n.Annotations[lease.NodeAnnotationCordonedFor]
+			if lifted == "" {
+				lifted = "(the Node carried no grant's mark)"
+			}
+			d.log.Info("uncordoned node", "node", node, "grant", lifted)
+		}
 		return written, nil
 	}
 }
@@ -159,8 +168,16 @@ func (d *Drainer) Drain(ctx context.Context, node string, timeout time.Duration)
 	log := d.log.WithValues("node", node)
 	h := d.helper(dctx, timeout, log)
 	list, errs := h.GetPodsForDeletion(node)
+	if list == nil {
+		// The list itself failed, or got no answer before the timeout:
+		// which pods are on the node is not known, and a second list for
+		// the report would wait on the same API server (amendment 33).
+		log.Info("the pod list of the drain failed", "error", utilerrors.NewAggregate(errs).Error())
+		return d.unlisted(ctx, dctx, node, timeout, utilerrors.NewAggregate(errs))
+	}
 	if len(errs) > 0 {
-		return d.blocked(ctx, dctx, node, timeout, utilerrors.NewAggregate(errs))
+		// Pods the drain may not remove: the list says which.
+		return d.report(ctx, dctx, node, timeout, utilerrors.NewAggregate(errs), list)
 	}
 	if w := list.Warnings(); w != "" {
 		log.Info("drain leaves or force-evicts some pods", "warnings", w)
@@ -201,9 +218,8 @@ func (d *Drainer) helper(ctx context.Context, timeout time.Duration, log logr.Lo
 	}
 }
 
-// blocked explains a failed drain: which pods are still on the node and
-// which PodDisruptionBudgets cover them.
-func (d *Drainer) blocked(ctx, dctx context.Context, node string, timeout time.Duration, cause error) error {
+// newBlocked is the BlockedError of a drain that failed with cause.
+func newBlocked(ctx, dctx context.Context, node string, timeout time.Duration, cause error) *BlockedError {
 	be := &BlockedError{Node: node, Err: cause, Timeout: timeout}
 	switch {
 	case ctx.Err() != nil:
@@ -211,7 +227,22 @@ func (d *Drainer) blocked(ctx, dctx context.Context, node string, timeout time.D
 	case timeout > 0 && errors.Is(dctx.Err(), context.DeadlineExceeded):
 		be.TimedOut = true
 	}
+	return be
+}
 
+// unlisted is the BlockedError of a drain whose pod list failed (or got no
+// answer in time): it names no pod, and lists none again.
+func (d *Drainer) unlisted(ctx, dctx context.Context, node string, timeout time.Duration, cause error) error {
+	be := newBlocked(ctx, dctx, node, timeout, cause)
+	be.Unlisted = true
+	return be
+}
+
+// blocked explains a drain that failed while it evicted: which pods are
+// still on the node (listed again) and which PodDisruptionBudgets cover
+// them.
+func (d *Drainer) blocked(ctx, dctx context.Context, node string, timeout time.Duration, cause error) error {
+	be := newBlocked(ctx, dctx, node, timeout, cause)
 	// The drain's context may be over; the report gets its own, short one.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
@@ -221,6 +252,21 @@ func (d *Drainer) blocked(ctx, dctx context.Context, node string, timeout time.D
 		be.Err = also(be.Err, fmt.Errorf("listing the pods left on node %s: %w", node, utilerrors.NewAggregate(errs)))
 		return be
 	}
+	return d.explain(rctx, be, list)
+}
+
+// report explains a drain whose list named pods it may not remove, from
+// that list.
+func (d *Drainer) report(ctx, dctx context.Context, node string, timeout time.Duration, cause error, list *kdrain.PodDeleteList) error {
+	be := newBlocked(ctx, dctx, node, timeout, cause)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	return d.explain(rctx, be, list)
+}
+
+// explain fills be with the pods of list and the PodDisruptionBudgets
+// covering them.
+func (d *Drainer) explain(rctx context.Context, be *BlockedError, list *kdrain.PodDeleteList) error {
 	pdbs := map[string][]pdbSelector{} // by namespace
 	seen := map[string]bool{}
 	for _, p := range list.Pods() {
@@ -293,6 +339,9 @@ type BlockedError struct {
 	Timeout  time.Duration // the drain's timeout (<= 0: none)
 	TimedOut bool          // the timeout ran out (not the caller's ctx)
 	Details  []PodBlock    // per pod, what holds it
+	// Unlisted: the drain's pod list failed or got no answer, so which
+	// pods are on the node is not known (Pods is empty).
+	Unlisted bool
 }
 
 // PodBlock is one pod a drain could not remove.
@@ -309,6 +358,14 @@ func (e *BlockedError) Error() string {
 		fmt.Fprintf(&b, " timed out after %s", e.Timeout)
 	} else {
 		b.WriteString(" failed")
+	}
+	if e.Unlisted {
+		if e.TimedOut {
+			b.WriteString(": the API server did not answer the pod list")
+		} else {
+			fmt.Fprintf(&b, ": listing the pods on the node: %v", e.Err)
+		}
+		return b.String()
 	}
 	details := e.Details
 	if len(details) == 0 {
