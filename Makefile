@@ -29,8 +29,8 @@ help: ## Show this help.
 
 ##@ Build
 .PHONY: build
-build: ## Build bootc-fleet-agent, bootc-fleet-coordinator and the kubectl plugin kubectl-bootc_fleet into bin/.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/bootc-fleet-agent ./cmd/bootc-fleet-coordinator ./cmd/kubectl-bootc_fleet
+build: ## Build bootc-fleet-agent, bootc-fleet-coordinator and the kubectl plugin kubectl-bootc_fleet into bin/, as the release does (static, stripped).
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/ ./cmd/bootc-fleet-agent ./cmd/bootc-fleet-coordinator ./cmd/kubectl-bootc_fleet
 
 .PHONY: image
 image: ## Build the coordinator and agent images (buildah or podman) as OCI archives in bin/images/, tagged $(VERSION).

@@ -75,7 +75,8 @@ type ProcBinaries struct {
 }
 
 // BuildProcBinaries builds bootc-fleet-agent, bootc-fleet-coordinator and
-// test-bootc into dir with one `go build`.
+// test-bootc into dir with one `go build`, as the release builds them
+// (CoordinatorBuildFlags).
 func BuildProcBinaries(ctx context.Context, dir string) (ProcBinaries, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return ProcBinaries{}, err
@@ -84,9 +85,12 @@ func BuildProcBinaries(ctx context.Context, dir string) (ProcBinaries, error) {
 	if err != nil {
 		return ProcBinaries{}, err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", abs+"/",
+	args := append([]string{"build"}, CoordinatorBuildFlags...)
+	args = append(args, "-o", abs+"/",
 		"./cmd/bootc-fleet-agent", "./cmd/bootc-fleet-coordinator", "./internal/sim/testbootc/cmd/test-bootc")
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = controlplane.RepoRoot()
+	cmd.Env = buildEnv()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return ProcBinaries{}, fmt.Errorf("go build: %w\n%s", err, out)
 	}

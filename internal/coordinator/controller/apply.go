@@ -109,8 +109,8 @@ func (r *poolReconciler) apply(ctx context.Context, log logr.Logger, pool *fleet
 	if err := r.writeStatus(ctx, pool, out.Status); err != nil {
 		return applied, err
 	}
-	r.observeMetrics(pool.Name, w, in)
-	r.progress.observePool(pool, out.Status, w.leases, in)
+	r.observeMetrics(pool.Name, w, in, out.FinishedSlots)
+	r.progress.observePool(pool, out.Status, w.leases, in, out.FinishedSlots)
 	// Last: the slots as written say which nodes hold a reboot slot.
 	return applied, r.markAutoscalers(ctx, log, pool.Name, w)
 }
@@ -382,28 +382,17 @@ func logBootcNode(log logr.Logger, msg string, c plan.BootcNodeChange) {
 	log.V(1).Info(msg, "node", c.Name, "desiredImage", c.Spec.DesiredImage, "rolloutState", c.RolloutState)
 }
 
-// finishedSlots are the grants of in's stage slots whose holders are done
-// with them (plan.PhaseFinished): no longer held for the metrics, and their
-// holders may wait for a reboot slot (amendment 31). A slot written in the
-// pass carries another grant.
-func finishedSlots(in plan.Input) map[lease.ID]bool {
-	out := map[lease.ID]bool{}
-	for _, s := range plan.InputSlots(in) {
-		if s.Phase == plan.PhaseFinished {
-			out[s.Grant.ID] = true
-		}
-	}
-	return out
-}
-
 func waitKey(pool, node string, k lease.Kind) string { return pool + "/" + node + "/" + string(k) }
 
 // observeMetrics sets the gauges from what this reconcile saw and wrote, and
-// notes when nodes start waiting for a slot (for GrantLatency).
-func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input) {
+// notes when nodes start waiting for a slot (for GrantLatency). finished
+// are the grants of the stage slots whose holders were done with them
+// (plan.Output.FinishedSlots): no longer held, and their holders may wait
+// for a reboot slot (amendment 31). A slot written in the pass carries
+// another grant.
+func (r *poolReconciler) observeMetrics(pool string, w *observed, in plan.Input, finished map[lease.ID]bool) {
 	held := map[lease.Kind]int{lease.KindReboot: 0, lease.KindStage: 0}
 	holders := map[string]bool{}
-	finished := finishedSlots(in)
 	for _, l := range w.leases {
 		if s, ok := plan.ParseSlot(pool, l); ok && s.State != plan.SlotFree && !finished[s.Grant.ID] {
 			held[s.Kind]++

@@ -50,8 +50,9 @@ const maxReportedFailedSeries = 100
 // observePool sets the pool gauges from the status this pass computed, the
 // slot Leases as read and written in it and the nodes it planned with, and
 // counts as progress more nodes updated and a new target (grants and
-// releases are counted where they are written).
-func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus, leases map[string]*coordinationv1.Lease, in plan.Input) {
+// releases are counted where they are written). finished is as for
+// observeMetrics.
+func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.BootcNodePoolStatus, leases map[string]*coordinationv1.Lease, in plan.Input, finished map[lease.ID]bool) {
 	name := pool.Name
 	metrics.PoolNodes.WithLabelValues(name).Set(float64(st.Nodes))
 	metrics.PoolNodesUpdated.WithLabelValues(name).Set(float64(st.Updated))
@@ -60,7 +61,7 @@ func (p *poolProgress) observePool(pool *fleetv1.BootcNodePool, st fleetv1.Bootc
 	metrics.PoolPaused.WithLabelValues(name).Set(metrics.Bool(pool.Spec.Rollout.Paused))
 	w := meta.FindStatusCondition(st.Conditions, fleetv1.PoolMaintenanceWindow)
 	metrics.PoolInWindow.WithLabelValues(name).Set(metrics.Bool(w == nil || w.Status == metav1.ConditionTrue))
-	held, failed := slotSeries(name, leases, finishedSlots(in))
+	held, failed := slotSeries(name, leases, finished)
 	reportedFailures(name, in, failed)
 
 	p.mu.Lock()

@@ -53,7 +53,7 @@ func TestPoolGaugesFollowStatusAndSlots(t *testing.T) {
 	}
 	st.Conditions = []metav1.Condition{meta(fleetv1.PoolHalted, metav1.ConditionTrue), meta(fleetv1.PoolMaintenanceWindow, metav1.ConditionFalse)}
 	p := newPoolProgress()
-	p.observePool(pool, st, leases, in)
+	p.observePool(pool, st, leases, in, nil)
 
 	for _, c := range []struct {
 		what      string
@@ -89,7 +89,7 @@ func TestPoolGaugesFollowStatusAndSlots(t *testing.T) {
 	leases["s0"] = plan.NewSlotLease(name, plan.SlotRef{Kind: lease.KindStage, Index: 0})
 	leases["r0"].Annotations[lease.AnnotationFailure] = "not a reason\n"
 	in.BootcNodes = nil
-	p.observePool(pool, st, leases, in)
+	p.observePool(pool, st, leases, in, nil)
 	if got := testutil.ToFloat64(metrics.PoolLastProgress.WithLabelValues(name)); got != float64(t0.Add(time.Hour).Unix()) {
 		t.Errorf("progress moved to %v on fewer nodes updated", time.Unix(int64(got), 0).UTC())
 	}
@@ -106,7 +106,7 @@ func TestPoolGaugesFollowStatusAndSlots(t *testing.T) {
 	// More updated, and a new target, are progress.
 	in.Now = in.Now.Add(time.Hour)
 	st.Updated = 3
-	p.observePool(pool, st, leases, in)
+	p.observePool(pool, st, leases, in, nil)
 	if got := testutil.ToFloat64(metrics.PoolLastProgress.WithLabelValues(name)); got != float64(in.Now.Unix()) {
 		t.Errorf("progress at %v, want %v after more nodes updated", time.Unix(int64(got), 0).UTC(), in.Now)
 	}

@@ -51,13 +51,13 @@ func TestWaitingForgetsNodesThatStoppedWaiting(t *testing.T) {
 		return i
 	}
 	w := &observed{}
-	r.observeMetrics("p", w, in(reporting("n1", "1", fleetv1.PhaseWaiting, t0), reporting("n2", "2", fleetv1.PhaseStaged, t0)))
-	r.observeMetrics("q", w, in(reporting("m1", "3", fleetv1.PhaseWaiting, t0)))
+	r.observeMetrics("p", w, in(reporting("n1", "1", fleetv1.PhaseWaiting, t0), reporting("n2", "2", fleetv1.PhaseStaged, t0)), nil)
+	r.observeMetrics("q", w, in(reporting("m1", "3", fleetv1.PhaseWaiting, t0)), nil)
 	if len(r.waiting) != 3 {
 		t.Fatalf("setup: waiting %v", r.waiting)
 	}
 	// n1 left the pool (or was deleted), n2 went Degraded.
-	r.observeMetrics("p", w, in(reporting("n2", "2", fleetv1.PhaseDegraded, t0)))
+	r.observeMetrics("p", w, in(reporting("n2", "2", fleetv1.PhaseDegraded, t0)), nil)
 	for _, k := range []string{waitKey("p", "n1", lease.KindStage), waitKey("p", "n2", lease.KindReboot)} {
 		if _, ok := r.waiting[k]; ok {
 			t.Fatalf("%s still waiting: %v", k, r.waiting)

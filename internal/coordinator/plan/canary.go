@@ -167,9 +167,9 @@ func (p *planner) waveBoundary(w *waveState) string {
 // changes.
 func (p *planner) holdsAsRead() map[string][]*Slot {
 	h := map[string][]*Slot{}
-	for _, s := range p.withFinished(p.in.Slots) {
-		if s.State != SlotFree && s.Holder != "" && s.Phase != PhaseFinished {
-			h[s.Holder] = append(h[s.Holder], &s)
+	for i := range p.read {
+		if s := &p.read[i]; s.State != SlotFree && s.Holder != "" && s.Phase != PhaseFinished {
+			h[s.Holder] = append(h[s.Holder], s)
 		}
 	}
 	return h

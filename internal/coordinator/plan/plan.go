@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -90,6 +91,9 @@ type planner struct {
 	nodes   map[string]Node
 	members []string // InPool, sorted
 	bns     map[string]*fleetv1.BootcNode
+	// read: the slots as read, in the Input's order, with their phases
+	// (withFinished); never changed.
+	read []Slot
 	// after: the slots as they will be once Changes are applied.
 	after map[string]*Slot
 	// uncordoned: nodes a change in this plan uncordons.
@@ -168,16 +172,27 @@ func Plan(in Input) Output {
 	p.win = evalWindows(in.Pool.Spec.Rollout.Windows, in.Now)
 	p.startQuarantine()
 
-	slots := p.withFinished(in.Slots)
+	// Each slot's phase is derived once a pass (WithFinished), and the
+	// copies the pass makes of the slots are one slice each.
+	p.read = p.withFinished(in.Slots)
+	for _, s := range p.read {
+		if s.Phase == PhaseFinished {
+			if p.out.FinishedSlots == nil {
+				p.out.FinishedSlots = map[lease.ID]bool{}
+			}
+			p.out.FinishedSlots[s.Grant.ID] = true
+		}
+	}
+	slots := slices.Clone(p.read)
 	sort.Slice(slots, func(i, j int) bool {
 		if slots[i].Kind != slots[j].Kind {
 			return slots[i].Kind < slots[j].Kind
 		}
 		return slots[i].Index < slots[j].Index
 	})
-	for i := range slots {
-		s := slots[i]
-		p.after[s.Name] = &s
+	after := slices.Clone(slots)
+	for i := range after {
+		p.after[after[i].Name] = &after[i]
 	}
 
 	p.ensureSlots(slots)

@@ -328,6 +328,21 @@ func checkedStep(rt *rapid.T, w *world) {
 		before[s.Name], _ = w.slot(w.leases[s.Name]) // a stage slot's phase from its holder's report
 	}
 	out := Plan(in)
+	// The finished slots the pass reports are those InputSlots finds.
+	wantFinished := map[lease.ID]bool{}
+	for _, s := range InputSlots(in) {
+		if s.Phase == PhaseFinished {
+			wantFinished[s.Grant.ID] = true
+		}
+	}
+	if len(wantFinished) != len(out.FinishedSlots) {
+		rt.Fatalf("FinishedSlots %v, InputSlots finds %v finished", out.FinishedSlots, wantFinished)
+	}
+	for id := range wantFinished {
+		if !out.FinishedSlots[id] {
+			rt.Fatalf("FinishedSlots %v, InputSlots finds %v finished", out.FinishedSlots, wantFinished)
+		}
+	}
 
 	// A slot may be freed and granted again in one pass (the release is
 	// written first), never granted twice.

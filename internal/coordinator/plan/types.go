@@ -333,6 +333,12 @@ type Output struct {
 	// or lapsed (amendment 20): the caller remembers since when
 	// (Input.UngrantedStagingSince) for its next passes.
 	StagingWithoutGrant []string
+	// FinishedSlots are the grants of the stage slots whose holders were
+	// done with them as the pass found them (PhaseFinished; InputSlots
+	// finds the same): for the caller's metrics, which count them as no
+	// longer held, without deriving every slot's phase again. A slot
+	// written in the pass carries another grant. Nil when none.
+	FinishedSlots map[lease.ID]bool
 }
 
 // Why values of slot changes.
