@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -163,43 +164,29 @@ func (r *poolReconciler) parallel(ctx context.Context, n int, do func(ctx contex
 	if n == 1 {
 		return do(ctx, 0)
 	}
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return first != nil
-	}
-	sem := make(chan struct{}, writeParallelism)
-	started := 0
+	// A Group without a context: the first error cancels nothing.
+	var g errgroup.Group
+	g.SetLimit(writeParallelism)
+	var failed atomic.Bool
 	for i := range n {
-		sem <- struct{}{}
-		if failed() || ctx.Err() != nil {
-			<-sem
+		if failed.Load() {
 			break
 		}
-		started++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := do(ctx, i); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
+		g.Go(func() error {
+			if failed.Load() {
+				return nil // queued behind the limit when the first failed
 			}
-		}()
+			err := ctx.Err()
+			if err == nil {
+				err = do(ctx, i)
+			}
+			if err != nil {
+				failed.Store(true)
+			}
+			return err
+		})
 	}
-	wg.Wait()
-	if first == nil && started < n {
-		return ctx.Err() // ended before every call started
-	}
-	return first
+	return g.Wait()
 }
 
 // recordEvents records the plan's Events. Every Event is an API write, so
