@@ -9,7 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -77,32 +80,42 @@ func (k *Kubelet) SetReady(ctx context.Context, ready bool, bootID string) error
 var harnessNodeGets, harnessNodeStatusPuts, harnessPodLists atomic.Int64
 
 // HarnessRequests returns how many Node GETs, Node status PUTs and pod LISTs
-// the simulated kubelets have sent so far.
+// (the pod watch's lists: one, and one more after a watch it could not
+// resume) the simulated kubelets have sent so far.
 func HarnessRequests() (nodeGets, statusPuts, podLists int64) {
 	return harnessNodeGets.Load(), harnessNodeStatusPuts.Load(), harnessPodLists.Load()
 }
 
 // FinishPodDeletions plays every kubelet's part in evictions: a pod marked
 // for deletion is removed for good, as a kubelet does once its containers
-// stopped. It runs until ctx ends.
-func FinishPodDeletions(ctx context.Context, c kubernetes.Interface, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		harnessPodLists.Add(1)
-		pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			continue
-		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil {
-				_ = c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-			}
+// stopped. Like a kubelet it watches pods (one list, then a watch) instead
+// of polling them: a LIST of every pod a few times a second cost more API
+// requests than the rollout it served, and its consistent reads kept the
+// API server asking etcd for progress, which every other consistent pod
+// LIST then waited on (amendment 32). A deletion that fails is tried again
+// on the informer's resync, from its cache. It runs until ctx ends.
+func FinishPodDeletions(ctx context.Context, c kubernetes.Interface) {
+	pods := c.CoreV1().Pods(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			harnessPodLists.Add(1)
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return pods.Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, time.Second, cache.Indexers{})
+	finish := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok && p.DeletionTimestamp != nil {
+			_ = c.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}
 	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    finish,
+		UpdateFunc: func(_, obj any) { finish(obj) },
+	}); err != nil {
+		return
+	}
+	inf.RunWithContext(ctx)
 }

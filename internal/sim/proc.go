@@ -230,7 +230,7 @@ func StartProcFleet(ctx context.Context, opts ProcOptions) (_ *ProcFleet, err er
 	if err != nil {
 		return nil, err
 	}
-	go FinishPodDeletions(fctx, f.Kube, 100*time.Millisecond)
+	go FinishPodDeletions(fctx, f.Kube)
 	if err := Record(fctx, f.Kube, f.Log, func(string) string { return f.Pool }); err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func Record(ctx context.Context, c kubernetes.Interface, log *Log, poolOf func(n
 	for _, n := range nodes.Items {
 		cordoned[n.Name] = n.Spec.Unschedulable
 		if n.Spec.Unschedulable {
-			log.Add(invariant.Event{Kind: invariant.Cordon, Node: n.Name, Pool: poolOf(n.Name)})
+			log.Add(invariant.Event{Kind: invariant.Cordon, Node: n.Name, Pool: poolOf(n.Name), RV: nodeRV(&n)})
 		}
 	}
 	lw, err := watchtools.NewRetryWatcherWithContext(ctx, leases.ResourceVersion, &cache.ListWatch{
@@ -79,11 +79,18 @@ func Record(ctx context.Context, c kubernetes.Interface, log *Log, poolOf func(n
 				if now {
 					kind = invariant.Cordon
 				}
-				log.Add(invariant.Event{Kind: kind, Node: n.Name, Pool: poolOf(n.Name)})
+				log.Add(invariant.Event{Kind: kind, Node: n.Name, Pool: poolOf(n.Name), RV: nodeRV(n)})
 			}
 		}
 	}()
 	return nil
+}
+
+// nodeRV is the Node's resourceVersion, which orders its cordon against
+// Lease versions (one etcd revision counter for both).
+func nodeRV(n *corev1.Node) int64 {
+	rv, _ := strconv.ParseInt(n.ResourceVersion, 10, 64)
+	return rv
 }
 
 func logLease(log *Log, l *coordinationv1.Lease) {

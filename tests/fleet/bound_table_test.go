@@ -118,7 +118,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	if r.light {
 		fmt.Fprintf(&w, "  light agents' own requests per node update (counted as they leave): %.2f reads, %.2f writes\n", ph.agentReads, ph.agentWrites)
 	}
-	fmt.Fprintf(&w, "  harness reads per node update: %.2f GET nodes (kubelets), %.2f LIST pods (the pod-deletion loop, every 50 ms)\n",
+	fmt.Fprintf(&w, "  harness reads per node update: %.2f GET nodes (kubelets), %.2f LIST pods (the kubelets' pod watch)\n",
 		float64(gets)/float64(n), float64(lists)/float64(n))
 	fmt.Fprintf(&w, "  coordinator: %.2f CPU s during the rollout (%.2f s since start), peak RSS %.1f MiB, RSS at the end %.1f MiB (%.1f anonymous, %.1f file pages); peak anonymous RSS %.1f MiB (sampled every second)\n",
 		ph.coordCPU.Seconds(), use1.CPU.Seconds(), mib(use1.PeakRSS), mib(use1.RSS), mib(use1.RSSAnon), mib(use1.RSSFile), mib(ph.coordPeakAnon))

@@ -202,7 +202,7 @@ func Start(tb testing.TB, opts Options) *Fleet {
 	}
 	f.agentOpts = opts.Agent
 	f.coordBin, f.light, f.directAPI = opts.CoordinatorBinary, opts.LightAgents, opts.DirectAPI
-	go sim.FinishPodDeletions(ctx, f.Kube, 50*time.Millisecond)
+	go sim.FinishPodDeletions(ctx, f.Kube)
 	if err := sim.Record(ctx, f.Kube, f.Log, poolOfNode); err != nil {
 		tb.Fatal(err)
 	}

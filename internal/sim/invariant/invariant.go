@@ -7,11 +7,14 @@
 // right before acting (the agent's optimistic-concurrency renew), so I1 is
 // checked against the exact grant the API server saw, whatever the order in
 // which the harness logged things. Node cordons come from one watch of all
-// Nodes and are therefore ordered among themselves.
+// Nodes and are therefore ordered among themselves; each carries the Node's
+// resourceVersion, so a reboot is also checked against the cordons written
+// before the grant version it names, which that watch may deliver late.
 package invariant
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,7 +29,8 @@ type Kind string
 const (
 	// LeaseVersion is a new version of a slot Lease (from a watch).
 	LeaseVersion Kind = "LeaseVersion"
-	// Cordon is a Node's spec.unschedulable turning true (from a watch).
+	// Cordon is a Node's spec.unschedulable turning true (from a watch; RV:
+	// the Node's resourceVersion that says so).
 	Cordon Kind = "Cordon"
 	// Uncordon is a Node's spec.unschedulable turning false (from a watch).
 	Uncordon Kind = "Uncordon"
@@ -292,6 +296,7 @@ func checkBudget(evs []Event, pools map[string]Pool) []Violation {
 		return len(m[pool])
 	}
 	reported := map[string]bool{}
+	history := cordonHistory(evs)
 	for _, e := range evs {
 		window = append(window, e)
 		if len(window) > 12 {
@@ -314,12 +319,47 @@ func checkBudget(evs []Event, pools map[string]Pool) []Violation {
 					n, e.Pool, keys(staging[e.Pool]), p.MaxStaging), append([]Event(nil), window...)})
 			}
 		case Reboot:
-			if !cordoned[e.Pool][e.Node] {
-				out = append(out, Violation{"I2", e.Node, "agent rebooted a node that was not cordoned", []Event{e}})
+			if h := history[e.Node]; !cordonedAtReboot(h, e) {
+				evidence := append(slices.Clone(h[max(0, len(h)-4):]), e)
+				out = append(out, Violation{"I2", e.Node, "agent rebooted a node that was not cordoned", evidence})
 			}
 		}
 	}
 	return out
+}
+
+// cordonHistory is one node's Cordon and Uncordon events in the order of
+// the one Node watch they came from, which is the API server's order.
+func cordonHistory(evs []Event) map[string][]Event {
+	out := map[string][]Event{}
+	for _, e := range evs {
+		if e.Kind == Cordon || e.Kind == Uncordon {
+			out[e.Node] = append(out[e.Node], e)
+		}
+	}
+	return out
+}
+
+// cordonedAtReboot says whether the node was cordoned when it rebooted.
+// What the harness had received of the Node watch before the reboot is
+// one prefix of the node's history; every change whose resourceVersion is
+// below the grant version the agent confirmed before rebooting is another
+// (it was written before that version, so before the reboot), which a
+// lagging watch may not have delivered yet: the coordinator's cordon comes
+// back through the watch after it wrote the advance the agent acted on.
+// The longer prefix's last change is the node's state at the reboot.
+func cordonedAtReboot(hist []Event, reboot Event) bool {
+	received, written := 0, 0
+	for i, c := range hist {
+		if c.Seq < reboot.Seq {
+			received = i + 1
+		}
+		if reboot.GrantRV > 0 && c.RV > 0 && c.RV < reboot.GrantRV {
+			written = i + 1
+		}
+	}
+	k := max(received, written)
+	return k > 0 && hist[k-1].Kind == Cordon
 }
 
 // checkOneRebootPerGrant is I3: reboots of a node, soft or full, never

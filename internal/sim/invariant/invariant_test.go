@@ -133,6 +133,29 @@ func TestTheOldOperatorBug(t *testing.T) {
 	}
 }
 
+// TestACordonDeliveredLateIsOrderedByItsVersion: the Node watch may deliver
+// the coordinator's cordon after the agent's reboot was logged (the agent
+// acted on the advance, written after the cordon); the cordon's
+// resourceVersion, below the grant version the agent confirmed, says it
+// came first.
+func TestACordonDeliveredLateIsOrderedByItsVersion(t *testing.T) {
+	l := &log{}
+	grant(l, "p-stage-0", 1, "n1", lease.KindStage, imgB, boot1, "")
+	l.add(Event{Kind: StageStart, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-stage-0", GrantRV: 1})
+	l.add(Event{Kind: StageEnd, Node: "n1"})
+	grant(l, "p-reboot-0", 3, "n1", lease.KindReboot, imgB, boot1, lease.PhaseDraining)
+	grant(l, "p-reboot-0", 5, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+	l.add(Event{Kind: Apply, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 5})
+	l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 5})
+	l.add(Event{Kind: Cordon, Node: "n1", RV: 4})
+	l.add(Event{Kind: Boot, Node: "n1", BootID: boot2})
+	grant(l, "p-reboot-0", 7, "", lease.KindReboot, "", "", "")
+	l.add(Event{Kind: Uncordon, Node: "n1", RV: 6})
+	if v := Check(l.evs, pools, finalOK()); len(v) != 0 {
+		t.Fatalf("violations on a run whose cordon came late through the watch: %v", v)
+	}
+}
+
 func TestViolations(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -194,6 +217,22 @@ func TestViolations(t *testing.T) {
 			l := &log{}
 			grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
 			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			return l
+		}, finalOK, "I2 agent rebooted a node that was not cordoned"},
+		{"reboot before its cordon was written", func() *log {
+			l := &log{}
+			grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 1})
+			l.add(Event{Kind: Cordon, Node: "n1", RV: 2})
+			return l
+		}, finalOK, "I2 agent rebooted a node that was not cordoned"},
+		{"reboot after an uncordon newer than its grant", func() *log {
+			l := &log{}
+			grant(l, "p-reboot-0", 1, "n1", lease.KindReboot, imgB, boot1, lease.PhaseDraining)
+			l.add(Event{Kind: Cordon, Node: "n1", RV: 2})
+			grant(l, "p-reboot-0", 3, "n1", lease.KindReboot, imgB, boot1, lease.PhaseReboot)
+			l.add(Event{Kind: Uncordon, Node: "n1", RV: 4})
+			l.add(Event{Kind: Reboot, Node: "n1", Image: imgB, BootID: boot1, GrantLease: "p-reboot-0", GrantRV: 3})
 			return l
 		}, finalOK, "I2 agent rebooted a node that was not cordoned"},
 		// Soft reboots are reboots to every invariant.
