@@ -47,7 +47,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	if err != nil {
 		b.Fatal(err)
 	}
-	gets0, puts0, lists0 := sim.HarnessRequests()
+	puts0, lists0 := sim.HarnessRequests()
 	reads0, writes0 := LightAgentRequests()
 	sctx, stopStatus := context.WithCancel(ctx)
 	defer stopStatus()
@@ -76,9 +76,9 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	if err != nil {
 		b.Fatal(err)
 	}
-	gets1, puts1, lists1 := sim.HarnessRequests()
+	puts1, lists1 := sim.HarnessRequests()
 	reads1, writes1 := LightAgentRequests()
-	gets, puts, lists := gets1-gets0, puts1-puts0, lists1-lists0
+	puts, lists := puts1-puts0, lists1-lists0
 	t := ExtractTiming(eventsSince(p.Events(), began), p.Name, began)
 	ph := boundPhase{ran: true,
 		makespan: t.Makespan(), lb: LowerBound(boundStage, boundReboot, n, r.m), firstGrant: t.FirstGrant.Sub(began), timing: t,
@@ -94,7 +94,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 			writes += c.Count
 		}
 	}
-	// The harness's kubelets write nodes/status (NotReady, Ready) and the
+	// The harness's kubelets patch nodes/status (NotReady, Ready) and the
 	// test itself created the pool or changed its image; everything else
 	// written is the product's (the light agents standing in for agents).
 	product := writes - puts - 1
@@ -113,13 +113,13 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	oh := t.Overhead(boundReboot)
 	fmt.Fprintf(&w, "  per-wave overhead (slot cycle less R) median %s p95 %s (n=%d)\n", ms(Quantile(oh, 0.5)), ms(Quantile(oh, 0.95)), len(oh))
 	fmt.Fprintf(&w, "  API requests per node update (API server metrics, everything): %s\n", PerNode(delta, n))
-	fmt.Fprintf(&w, "  writes by the product per node update: %.2f (all writes %.2f, minus the harness's kubelets' %.2f nodes/status PUTs and the pool's creation or image change)\n",
+	fmt.Fprintf(&w, "  writes by the product per node update: %.2f (all writes %.2f, minus the harness's kubelets' %.2f nodes/status PATCHes and the pool's creation or image change)\n",
 		ph.writes, float64(writes)/float64(n), float64(puts)/float64(n))
 	if r.light {
 		fmt.Fprintf(&w, "  light agents' own requests per node update (counted as they leave): %.2f reads, %.2f writes\n", ph.agentReads, ph.agentWrites)
 	}
-	fmt.Fprintf(&w, "  harness reads per node update: %.2f GET nodes (kubelets), %.2f LIST pods (the kubelets' pod watch)\n",
-		float64(gets)/float64(n), float64(lists)/float64(n))
+	fmt.Fprintf(&w, "  harness reads per node update: %.2f LIST pods (the kubelets' pod watch; a kubelet reads its Node from its own cache)\n",
+		float64(lists)/float64(n))
 	fmt.Fprintf(&w, "  coordinator: %.2f CPU s during the rollout (%.2f s since start), peak RSS %.1f MiB, RSS at the end %.1f MiB (%.1f anonymous, %.1f file pages); peak anonymous RSS %.1f MiB (sampled every second)\n",
 		ph.coordCPU.Seconds(), use1.CPU.Seconds(), mib(use1.PeakRSS), mib(use1.RSS), mib(use1.RSSAnon), mib(use1.RSSFile), mib(ph.coordPeakAnon))
 	fmt.Fprintf(&w, "  test process (%s, simulated kubelets and machines, recorder, registry): %.2f CPU s during the rollout, peak RSS %.1f MiB\n",
