@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,9 @@ import (
 // own namespace and on its own Nodes.
 var shared *envtest.Env
 
+// namespaces numbers the tests' namespaces.
+var namespaces atomic.Int64
+
 func TestMain(m *testing.M) { envtest.Main(m, &shared) }
 
 // cluster is a test's view of the API server.
@@ -50,15 +54,24 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Named after the test and numbered: a namespace is never deleted
+	// here (envtest runs no namespace controller), so a second run of a
+	// test (-count=2) needs a new one.
 	ns := strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
 	if len(ns) > 50 {
 		ns = ns[:50]
 	}
-	ns = strings.Trim(ns, "-")
+	ns = fmt.Sprintf("%s-%d", strings.Trim(ns, "-"), namespaces.Add(1))
 	c := &cluster{t: t, cs: cs, ns: ns}
 	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Nor are its pods, which a later run's Node of the same name would
+	// find bound to it: removed for good, as a kubelet would.
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods(ns).DeleteCollection(context.Background(),
+			metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+	})
 	return c
 }
 
