@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -78,7 +77,7 @@ func (r *poolReconciler) setup(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{SkipNameValidation: ptrTrue(), MaxConcurrentReconciles: r.opts.Workers, UsePriorityQueue: ptrFalse()}).
 		For(&fleetv1.BootcNodePool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfNode), builder.WithPredicates(nodeChanged())).
-		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode)).
+		Watches(&fleetv1.BootcNode{}, handler.EnqueueRequestsFromMapFunc(poolOfBootcNode), builder.WithPredicates(bootcNodeChanged())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(poolOfLease)).
 		WatchesRawSource(source.Channel(r.drains.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
 		WatchesRawSource(source.Channel(r.targets.events, &handler.TypedEnqueueRequestForObject[*fleetv1.BootcNodePool]{})).
@@ -129,38 +128,6 @@ func poolOfLease(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p}}}
 	}
 	return nil
-}
-
-// nodeChanged passes Node events that can change a decision (not
-// heartbeats): labels, cordon, Ready, boot ID, and the platform that picks a
-// node's image from a multi-arch index.
-func nodeChanged() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		a, okA := e.ObjectOld.(*corev1.Node)
-		b, okB := e.ObjectNew.(*corev1.Node)
-		if !okA || !okB {
-			return true
-		}
-		return !labels.Equals(a.Labels, b.Labels) || a.Spec.Unschedulable != b.Spec.Unschedulable ||
-			a.Annotations[lease.NodeAnnotationCordonedFor] != b.Annotations[lease.NodeAnnotationCordonedFor] ||
-			a.Annotations[fleetv1.AnnotationHold] != b.Annotations[fleetv1.AnnotationHold] || hasHold(a) != hasHold(b) ||
-			nodeReady(a) != nodeReady(b) || a.Status.NodeInfo.BootID != b.Status.NodeInfo.BootID ||
-			a.Status.NodeInfo.OperatingSystem != b.Status.NodeInfo.OperatingSystem || a.Status.NodeInfo.Architecture != b.Status.NodeInfo.Architecture
-	}}
-}
-
-func hasHold(n *corev1.Node) bool {
-	_, ok := n.Annotations[fleetv1.AnnotationHold]
-	return ok
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // Reconcile implements reconcile.Reconciler.
