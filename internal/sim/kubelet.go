@@ -43,11 +43,13 @@ func (k *Kubelet) Register(ctx context.Context, bootID string) error {
 }
 
 // SetReady writes the Ready condition and, when bootID is not empty,
-// nodeInfo.bootID, in one strategic-merge PATCH of nodes/status, as a
-// kubelet does: it reads its Node from its own informer's cache, not from
-// the API server, and patches the status it computed
-// (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus; a GET only
-// on a retry). Conditions merge by type, so the patch touches Ready alone.
+// nodeInfo.bootID, in one strategic-merge PATCH of nodes/status. That is a
+// kubelet's one request per status update: a kubelet takes its Node from
+// its own informer's cache, not from the API server (a GET only on a
+// retry), and patches the status it computed
+// (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus). This one needs
+// no base at all, only the Ready condition it last wrote: conditions merge
+// by type, so the patch touches Ready alone.
 func (k *Kubelet) SetReady(ctx context.Context, ready bool, bootID string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()

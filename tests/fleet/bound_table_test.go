@@ -47,7 +47,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	if err != nil {
 		b.Fatal(err)
 	}
-	puts0, lists0 := sim.HarnessRequests()
+	statusWrites0, lists0 := sim.HarnessRequests()
 	reads0, writes0 := LightAgentRequests()
 	sctx, stopStatus := context.WithCancel(ctx)
 	defer stopStatus()
@@ -76,9 +76,9 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	if err != nil {
 		b.Fatal(err)
 	}
-	puts1, lists1 := sim.HarnessRequests()
+	statusWrites1, lists1 := sim.HarnessRequests()
 	reads1, writes1 := LightAgentRequests()
-	puts, lists := puts1-puts0, lists1-lists0
+	statusWrites, lists := statusWrites1-statusWrites0, lists1-lists0
 	t := ExtractTiming(eventsSince(p.Events(), began), p.Name, began)
 	ph := boundPhase{ran: true,
 		makespan: t.Makespan(), lb: LowerBound(boundStage, boundReboot, n, r.m), firstGrant: t.FirstGrant.Sub(began), timing: t,
@@ -97,7 +97,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	// The harness's kubelets patch nodes/status (NotReady, Ready) and the
 	// test itself created the pool or changed its image; everything else
 	// written is the product's (the light agents standing in for agents).
-	product := writes - puts - 1
+	product := writes - statusWrites - 1
 	ph.requests, ph.writes = float64(all)/float64(n), float64(product)/float64(n)
 
 	kind := "real agents (in-process)"
@@ -114,7 +114,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	fmt.Fprintf(&w, "  per-wave overhead (slot cycle less R) median %s p95 %s (n=%d)\n", ms(Quantile(oh, 0.5)), ms(Quantile(oh, 0.95)), len(oh))
 	fmt.Fprintf(&w, "  API requests per node update (API server metrics, everything): %s\n", PerNode(delta, n))
 	fmt.Fprintf(&w, "  writes by the product per node update: %.2f (all writes %.2f, minus the harness's kubelets' %.2f nodes/status PATCHes and the pool's creation or image change)\n",
-		ph.writes, float64(writes)/float64(n), float64(puts)/float64(n))
+		ph.writes, float64(writes)/float64(n), float64(statusWrites)/float64(n))
 	if r.light {
 		fmt.Fprintf(&w, "  light agents' own requests per node update (counted as they leave): %.2f reads, %.2f writes\n", ph.agentReads, ph.agentWrites)
 	}

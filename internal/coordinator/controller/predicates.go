@@ -50,14 +50,20 @@ func bootcNodeChanged() predicate.Predicate {
 }
 
 // withoutNotes is bn less its rollout notes and what changes with every
-// write (resourceVersion, managedFields).
-func withoutNotes(bn *fleetv1.BootcNode) *fleetv1.BootcNode {
-	c := bn.DeepCopy()
-	c.ResourceVersion, c.ManagedFields = "", nil
-	delete(c.Annotations, fleetv1.AnnotationRolloutState)
-	delete(c.Annotations, fleetv1.AnnotationRolloutReason)
-	if len(c.Annotations) == 0 {
-		c.Annotations = nil
+// write (resourceVersion, managedFields), for comparing. A shallow copy:
+// it runs on every BootcNode event, and only the annotations are changed
+// (in a map of its own); spec and status are shared with the cache, read
+// only.
+func withoutNotes(bn *fleetv1.BootcNode) fleetv1.BootcNode {
+	c := *bn
+	c.ResourceVersion, c.ManagedFields, c.Annotations = "", nil, nil
+	for k, v := range bn.Annotations {
+		if k != fleetv1.AnnotationRolloutState && k != fleetv1.AnnotationRolloutReason {
+			if c.Annotations == nil {
+				c.Annotations = make(map[string]string, len(bn.Annotations))
+			}
+			c.Annotations[k] = v
+		}
 	}
 	return c
 }
