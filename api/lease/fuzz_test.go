@@ -73,9 +73,18 @@ func FuzzParse(f *testing.F) {
 		if g.Allows(c) == nil {
 			t.Fatalf("grant of boot %s/%d allowed after a soft reboot (%d)", g.BootID, g.SoftRebootCount, c.SoftRebootCount)
 		}
-		c.SoftRebootCount, c.Now = g.SoftRebootCount, t0.Add(g.Duration)
-		if g.Allows(c) == nil {
-			t.Fatal("expired grant allowed")
+		// A heartbeat a lease duration old allows no rollback or stage; a
+		// reboot needs none (amendment 37).
+		c.SoftRebootCount = g.SoftRebootCount
+		fresh := g.Allows(c) == nil
+		c.Now = t0.Add(g.Duration)
+		if old := g.Allows(c) == nil; old != fresh {
+			t.Fatalf("reboot allowed %v with an old heartbeat, %v with a fresh one", old, fresh)
+		}
+		for _, a := range []Action{ActionStage, ActionRollback} {
+			if c.Action = a; g.Allows(c) == nil {
+				t.Fatalf("expired grant allowed %s", a)
+			}
 		}
 	})
 }

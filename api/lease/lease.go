@@ -330,12 +330,21 @@ func (g Grant) Allows(c Check) error {
 		return fmt.Errorf("%w: %s", ErrFailedMarked, g.Failure)
 	case c.Action != ActionStage && g.Phase != PhaseReboot:
 		return fmt.Errorf("%w (phase %q)", ErrNotReboot, g.Phase)
-	case c.LastHeartbeat.IsZero() || c.Now.Sub(c.LastHeartbeat) >= ValidFraction(g.Duration) || c.Now.Before(c.LastHeartbeat.Add(-time.Minute)):
+	case NeedsHeartbeat(c.Action) &&
+		(c.LastHeartbeat.IsZero() || c.Now.Sub(c.LastHeartbeat) >= ValidFraction(g.Duration) || c.Now.Before(c.LastHeartbeat.Add(-time.Minute))):
 		return fmt.Errorf("%w (last heartbeat %s, valid for %s of the %s lease)", ErrExpired,
 			c.LastHeartbeat.UTC().Format(time.RFC3339), ValidFraction(g.Duration), g.Duration)
 	}
 	return nil
 }
+
+// NeedsHeartbeat reports whether a grant allows a only while the agent's
+// accepted reports that list it keep it alive (amendment 8): staging and
+// rolling back. An update's reboot in phase Reboot needs none (amendment
+// 37): the coordinator never expires a reboot grant by heartbeats, and
+// revokes one in phase Reboot only on the agent's own proof that it will not
+// use it (amendment 21), so a report listing it would tell nobody anything.
+func NeedsHeartbeat(a Action) bool { return a != ActionReboot }
 
 // allowsAction: a stage slot allows staging, an update grant applying and
 // rebooting, a rollback grant rolling back and rebooting; nothing else.

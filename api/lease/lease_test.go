@@ -172,6 +172,8 @@ func TestAllows(t *testing.T) {
 	softened := heldLease(KindReboot, PhaseReboot)
 	softened.Annotations[AnnotationSoftRebootCount] = "2"
 	rebootAfterTwoSoft := mustParse(t, softened)
+	rollback := reboot
+	rollback.Rollback = true
 
 	ok := Check{Node: nodeA, Image: img, BootID: boot1, Now: t0.Add(10 * time.Second), LastHeartbeat: t0}
 	with := func(f func(c *Check)) Check { c := ok; f(&c); return c }
@@ -202,6 +204,13 @@ func TestAllows(t *testing.T) {
 		{"heartbeat just inside two thirds of the lease", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(40*time.Second - time.Millisecond) }), nil},
 		{"heartbeat at two thirds of the lease", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(40 * time.Second) }), ErrExpired},
 		{"heartbeat in the far future", stage, with(func(c *Check) { c.Action = ActionStage; c.Now = t0.Add(-2 * time.Minute) }), ErrExpired},
+		// An update's reboot in phase Reboot needs no heartbeat (amendment 37);
+		// a rollback still does.
+		{"reboot before any heartbeat", reboot, with(func(c *Check) { c.Action = ActionReboot; c.LastHeartbeat = time.Time{} }), nil},
+		{"reboot a day after the grant", reboot, with(func(c *Check) { c.Action = ActionReboot; c.Now = t0.Add(24 * time.Hour) }), nil},
+		{"rollback before any heartbeat", rollback, with(func(c *Check) { c.Action = ActionRollback; c.LastHeartbeat = time.Time{} }), ErrExpired},
+		{"rollback with an old heartbeat", rollback, with(func(c *Check) { c.Action = ActionRollback; c.Now = t0.Add(time.Minute) }), ErrExpired},
+		{"rollback with a live heartbeat", rollback, with(func(c *Check) { c.Action = ActionRollback }), nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

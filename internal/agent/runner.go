@@ -310,6 +310,14 @@ func (r *runner) iterate(ctx context.Context) (again bool, next time.Duration) {
 	if hold := r.holdWaiting(obs, act); hold > 0 {
 		return again, min(next, hold)
 	}
+	if decide.Unannounced(act) && r.reported && r.reportDue() > 0 {
+		// An update's reboot writes no report of its own (amendment 37):
+		// the coordinator's rollout-state says Rebooting, and the next
+		// report is the node back in its new boot. One the pace makes due
+		// (the host slow to go down) goes out, and says Rebooting.
+		r.notifyStatus(act)
+		return again, next
+	}
 	if r.report(ctx, obs, st, act) {
 		again = true // a grant just got its first heartbeat: use it now
 		r.reuseRead = fresh && act.Kind == decide.Nothing

@@ -243,16 +243,17 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 		if g.Kind == lease.KindStage && !a.staging.Load() && st.Staged != nil && st.Staged.Image == desired && st.Staged.DownloadOnly {
 			continue // done with it: neither listed nor heartbeated (decide.StageFinished, amendment 31)
 		}
-		if g.Kind == lease.KindReboot && g.Phase != lease.PhaseReboot {
-			continue // nothing to do under it while the node drains (amendment 18)
+		if g.Kind == lease.KindReboot {
+			// Never listed: nothing to do under it while the node drains
+			// (amendment 18), and a reboot needs no heartbeat (amendment 37).
+			if g.Phase == lease.PhaseReboot {
+				reboot = &g
+			}
+			continue
 		}
 		claims = append(claims, fleetv1.GrantInUse{Lease: l.Name, UID: g.UID, LeaseTransitions: g.Transitions})
 		every = min(every, g.Duration/lease.HeartbeatsPerLease)
-		if g.Kind == lease.KindStage {
-			stage = &g
-		} else {
-			reboot = &g
-		}
+		stage = &g
 	}
 	onDesired := func(d *testbootc.Deployment) bool { return d != nil && desired != "" && d.Image == desired }
 	phase, msg := fleetv1.PhaseWaiting, "waiting for a stage grant"
@@ -260,10 +261,6 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	case desired == "" || onDesired(st.Booted):
 		phase, msg = fleetv1.PhaseIdle, "booted on the desired image"
 	case onDesired(st.Staged) && !st.Staged.DownloadOnly:
-		phase, msg = fleetv1.PhaseRebooting, "rebooting into the staged image"
-	case onDesired(st.Staged) && reboot != nil:
-		// Reported as the reboot it starts before its first heartbeat,
-		// so the reboot writes nothing more (amendment 18).
 		phase, msg = fleetv1.PhaseRebooting, "rebooting into the staged image"
 	case onDesired(st.Staged):
 		phase, msg = fleetv1.PhaseStaged, "staged; waiting for a reboot grant in phase Reboot"
@@ -309,7 +306,7 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 			a.staging.Store(false)
 			a.hub.poke(n.Name)
 		}()
-	case reboot != nil && onDesired(st.Staged) && st.Staged.DownloadOnly && a.credited[reboot.ID]:
+	case reboot != nil && onDesired(st.Staged) && st.Staged.DownloadOnly:
 		rv, ok := a.confirm(ctx, reboot)
 		if !ok {
 			return time.Second

@@ -87,9 +87,16 @@ func TestClaims(t *testing.T) {
 			o.Grants = []HeldGrant{stage}
 			return o
 		}, Action{Phase: fleetv1.PhaseStaging}, map[string]string{stage.Lease: ""}},
-		{"a reboot grant is never released by the agent, even Degraded", func() Observation {
+		{"an update's reboot grant of this boot is not listed: it needs no heartbeat (amendment 37)", func() Observation {
 			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
 			o.Grants = []HeldGrant{reboot}
+			return o
+		}, Action{Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting}, map[string]string{}},
+		{"a rollback grant is never released by the agent, even Degraded", func() Observation {
+			o := withStaged(base(), &Deployment{Image: imgV2, DownloadOnly: true})
+			g := reboot
+			g.Rollback = true
+			o.Grants = []HeldGrant{g}
 			return o
 		}, Action{Phase: fleetv1.PhaseDegraded, Reason: fleetv1.ReasonRebootDidNotHappen}, map[string]string{reboot.Lease: ""}},
 		{"the reboot grant of the last boot that the record names is not listed (the coordinator verifies it)", func() Observation {

@@ -5,7 +5,6 @@
 package decide
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -161,12 +160,22 @@ func (r *Rejection) holdsFor(d Desired) bool {
 }
 
 // Heartbeated reports whether the agent's reports list g while it works
-// under it, and so keep it alive: every stage grant, and a reboot grant
-// from phase Reboot on. In phase Drain the agent has nothing to do under a
-// reboot grant, and the coordinator never expires one by heartbeats
-// (amendment 18).
+// under it, and so keep it alive: every stage grant, and a rollback grant
+// from phase Reboot on. The coordinator never expires a reboot grant by
+// heartbeats: in phase Drain the agent has nothing to do under one
+// (amendment 18), and an update's reboot in phase Reboot needs no heartbeat
+// (amendment 37, lease.NeedsHeartbeat).
 func Heartbeated(g lease.Grant) bool {
-	return g.Kind != lease.KindReboot || g.Phase == lease.PhaseReboot
+	return g.Kind != lease.KindReboot || (g.Rollback && g.Phase == lease.PhaseReboot)
+}
+
+// Unannounced reports whether a is an update's reboot under way: decided
+// under a valid grant (rules 1 and 4), or asked for and waiting for the
+// host to go down. The agent writes no report for it; one its pace makes
+// due says it (amendment 37). The coordinator's rollout-state already says
+// Rebooting, and the next thing anyone sees is the node back in a new boot.
+func Unannounced(a Action) bool {
+	return a.Phase == fleetv1.PhaseRebooting && a.Reason == fleetv1.ReasonRebooting
 }
 
 // BootcSupport is what the agent learned in this boot about the installed
@@ -409,10 +418,6 @@ func rebootPending(o Observation) Action {
 		return Action{Kind: ApplyAndReboot, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
 			Image: r.Image, Grant: g.ID, Soft: r.Soft,
 			Message: "rebooting into " + short(r.Image) + " under " + g.ID.String() + " (recorded in this boot, not yet rebooted)"}
-	case errors.Is(err, lease.ErrExpired):
-		// The grant itself is unchanged; only our last heartbeat is old (API outage).
-		return Action{Kind: RereadLater, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRenewingGrant,
-			Message: "reboot into " + short(r.Image) + " recorded; reporting " + r.Grant.String() + " to the API server before rebooting"}
 	}
 	a := Action{Kind: ClearRecord, Phase: fleetv1.PhaseWaiting, Reason: fleetv1.ReasonWaitingForRebootGrant,
 		Message: "reboot grant " + r.Grant.String() + " was revoked before the reboot (" + err.Error() + "); dropped the record"}
@@ -472,13 +477,6 @@ func staged(o Observation) Action {
 	if g, err := validGrant(o, lease.ActionReboot, img); err == nil {
 		return Action{Kind: ApplyAndReboot, WriteRecord: true, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
 			Image: img, Grant: g.ID, Soft: soft, Message: how + " into " + short(img) + " under " + g.ID.String()}
-	}
-	if g, ok := awaitingFirstHeartbeat(o, lease.ActionReboot, img); ok {
-		// As for a new stage grant (amendment 17): the report that lists
-		// the grant is the one the reboot writes, so the reboot that
-		// follows once it is accepted costs no second write (amendment 18).
-		return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
-			Message: how + " into " + short(img) + " under " + g.ID.String()}
 	}
 	if !o.Status.Staged.DownloadOnly {
 		// A stage that ended between its switch and its lock (the agent

@@ -180,13 +180,13 @@ func TestDecide(t *testing.T) {
 			o.Grants = []HeldGrant{grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining)}
 			return o
 		}, want{kind: ClearRecord, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForRebootGrant}},
-		{"rule 1: grant with an old renew waits for a renew instead of dropping", func() Observation {
+		{"rule 1: a recorded reboot goes on whatever its grant's last heartbeat (amendment 37)", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-time.Minute))
 			g := rebootGrant(imgV2)
 			g.LastHeartbeat = t0.Add(-2 * time.Minute)
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: RereadLater, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRenewingGrant}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2}},
 		{"rule 1: after rebootTimeout without a reboot reports RebootDidNotHappen", func() Observation {
 			o := recorded(withStaged(base(), dep(imgV2)), idA(), t0.Add(-16*time.Minute))
 			o.Grants = []HeldGrant{rebootGrant(imgV2)}
@@ -340,13 +340,13 @@ func TestDecide(t *testing.T) {
 			o.Grants = []HeldGrant{stageGrant(imgV2)}
 			return o
 		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
-		{"rule 4: reboot grant not renewed within its duration is void", func() Observation {
+		{"rule 4: a reboot grant needs no heartbeat: the coordinator never expires one (amendment 37)", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			g := rebootGrant(imgV2)
-			g.LastHeartbeat = t0.Add(-time.Minute)
+			g.LastHeartbeat = t0.Add(-time.Hour)
 			o.Grants = []HeldGrant{g}
 			return o
-		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 4: reboot grant marked failed is void", func() Observation {
 			o := withStaged(base(), dep(imgV2))
 			g := rebootGrant(imgV2)
@@ -525,9 +525,9 @@ func TestDecide(t *testing.T) {
 		{"rule 5: a new stage grant for another boot is not reported as staging", func() Observation {
 			return holding(base(), heardAt(grant(lease.KindStage, imgV2, bootB, ""), time.Time{}))
 		}, want{kind: Nothing, phase: fleetv1.PhaseWaiting, reason: fleetv1.ReasonWaitingForStageGrant}},
-		{"rule 4: a reboot grant in phase Reboot without an accepted heartbeat is not used yet, but reported as the reboot it starts", func() Observation {
+		{"rule 4: a reboot grant in phase Reboot seen for the first time is used at once (amendment 37)", func() Observation {
 			return holding(withStaged(base(), dep(imgV2)), heardAt(rebootGrant(imgV2), time.Time{}))
-		}, want{kind: Nothing, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting}},
+		}, want{kind: ApplyAndReboot, phase: fleetv1.PhaseRebooting, reason: fleetv1.ReasonRebooting, image: imgV2, record: true}},
 		{"rule 4: a new reboot grant in phase Draining changes nothing", func() Observation {
 			return holding(withStaged(base(), dep(imgV2)), heardAt(grant(lease.KindReboot, imgV2, bootA, lease.PhaseDraining), time.Time{}))
 		}, want{kind: Nothing, phase: fleetv1.PhaseStaged, reason: fleetv1.ReasonWaitingForRebootGrant}},

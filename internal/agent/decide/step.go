@@ -33,7 +33,8 @@ const (
 	EffectClearRecord EffectKind = "ClearRecord"
 	// EffectWriteRecord: write the reboot record (first use of the grant).
 	EffectWriteRecord EffectKind = "WriteRecord"
-	// EffectReport: report Action (Rebooting) before the reboot.
+	// EffectReport: report Action (RollingBack) before the rollback; an
+	// update's reboot is not reported (amendment 37).
 	EffectReport EffectKind = "Report"
 	// EffectReadStatus: read bootc status and the boot identity again.
 	EffectReadStatus EffectKind = "ReadStatus"
@@ -226,9 +227,19 @@ func (s State) act(now time.Time, o Observation, a Action) (State, []Effect) {
 			return s.await(Effect{Kind: EffectWriteRecord, Grant: idOnly(a.Grant), Image: a.Image, Boot: o.Boot, Soft: a.Soft,
 				Rollback: a.Kind == Rollback, Recorded: now}, a)
 		}
-		return s.await(Effect{Kind: EffectReport, Action: a}, a)
+		return s.recorded(a)
 	}
 	return s, nil
+}
+
+// recorded goes on once the reboot record is written: a rollback is
+// reported first (a node in trouble says so before it goes down); an update's
+// reboot re-reads the staged deployment at once, unreported (amendment 37).
+func (s State) recorded(a Action) (State, []Effect) {
+	if a.Kind == Rollback {
+		return s.await(Effect{Kind: EffectReport, Action: a}, a)
+	}
+	return s.await(Effect{Kind: EffectReadStatus, Step: StepBeforeUnlock, Image: a.Image, Boot: s.Last.Obs.Boot}, a)
 }
 
 func idOnly(id lease.ID) HeldGrant { return HeldGrant{Grant: lease.Grant{ID: id}} }
@@ -278,13 +289,9 @@ func (s State) result(now time.Time, r Result) (State, []Effect) {
 		if r.Err != "" {
 			return s.stop(false, "could not write the reboot record; not rebooting: "+r.Err)
 		}
-		return s.await(Effect{Kind: EffectReport, Action: a}, a)
+		return s.recorded(a)
 	case EffectReport:
-		step := StepBeforeUnlock
-		if a.Kind == Rollback {
-			step = StepBeforeRollback
-		}
-		return s.await(Effect{Kind: EffectReadStatus, Step: step, Image: a.Image, Boot: s.Last.Obs.Boot}, a)
+		return s.await(Effect{Kind: EffectReadStatus, Step: StepBeforeRollback, Image: a.Image, Boot: s.Last.Obs.Boot}, a)
 	case EffectReadStatus:
 		if a.Kind == Rollback {
 			return s.rollbackReread(e, a, r)

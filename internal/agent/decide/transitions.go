@@ -17,7 +17,7 @@ var Transitions = []Transition{
 	{PhaseReady, PhaseConfirmingStage, "Stage"},
 	{PhaseReady, PhaseClearing, "ClearRecord"},
 	{PhaseReady, PhaseRecording, "ApplyAndReboot (first use of the grant)"},
-	{PhaseReady, PhaseReporting, "ApplyAndReboot (recorded in this boot)"},
+	{PhaseReady, PhaseCheckingStaged, "ApplyAndReboot (recorded in this boot)"},
 
 	{PhaseConfirmingStage, PhaseStartingStage, "confirmed"},
 	{PhaseConfirmingStage, PhaseReady, "not confirmed"},
@@ -30,9 +30,8 @@ var Transitions = []Transition{
 	{PhaseClearing, PhaseReady, "cleared / failed"},
 	{PhaseClearing, PhaseRebootRequested, "failed after a reboot request"},
 
-	{PhaseRecording, PhaseReporting, "recorded"},
+	{PhaseRecording, PhaseCheckingStaged, "recorded (an update's reboot is not reported, amendment 37)"},
 	{PhaseRecording, PhaseReady, "failed"},
-	{PhaseReporting, PhaseCheckingStaged, "reported"},
 	{PhaseCheckingStaged, PhaseConfirmingApply, "staged is the granted image"},
 	{PhaseCheckingStaged, PhaseClearing, "staged is not (drop the record)"},
 	{PhaseCheckingStaged, PhaseReady, "another image unlocked, or grant gone"},
@@ -53,6 +52,7 @@ var Transitions = []Transition{
 	// The rollback (amendment 25).
 	{PhaseReady, PhaseRecording, "Rollback (first use of the grant)"},
 	{PhaseReady, PhaseReporting, "Rollback (recorded in this boot)"},
+	{PhaseRecording, PhaseReporting, "recorded (rollback)"},
 	{PhaseReporting, PhaseCheckingRollback, "reported (rollback)"},
 	{PhaseCheckingRollback, PhaseConfirmingRollback, "rollback is the granted image"},
 	{PhaseCheckingRollback, PhaseConfirmingReboot, "rollback already queued"},

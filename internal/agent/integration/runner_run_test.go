@@ -368,7 +368,6 @@ func TestRunStagesAndRebootsOnlyUnderGrants(t *testing.T) {
 	if s := h.m.State().Staged; s == nil || s.DownloadOnly {
 		t.Fatalf("staged deployment not unlocked before the reboot: %+v", s)
 	}
-	h.wait("Rebooting", testcoord.PhaseIs(fleetv1.PhaseRebooting, ""))
 
 	// The reboot, with a status that still shows the old boot's deployments.
 	newBoot := h.m.Reboot(testbootc.RebootOptions{StaleUntilSettle: true})
