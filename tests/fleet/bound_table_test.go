@@ -112,6 +112,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	w.WriteString(strings.Replace(t.Report(12), "image change→", "start→", 1))
 	oh := t.Overhead(boundReboot)
 	fmt.Fprintf(&w, "  per-wave overhead (slot cycle less R) median %s p95 %s (n=%d)\n", ms(Quantile(oh, 0.5)), ms(Quantile(oh, 0.95)), len(oh))
+	w.WriteString(t.LastSlotReport(boundReboot))
 	fmt.Fprintf(&w, "  API requests per node update (API server metrics, everything): %s\n", PerNode(delta, n))
 	fmt.Fprintf(&w, "  writes by the product per node update: %.2f (all writes %.2f, minus the harness's kubelets' %.2f nodes/status PATCHes and the pool's creation or image change)\n",
 		ph.writes, float64(writes)/float64(n), float64(statusWrites)/float64(n))

@@ -283,4 +283,53 @@ func (t Timing) Report(maxWaves int) string {
 	return b.String()
 }
 
+// LastSlot is the reboot slot whose last release ends the rollout, with its
+// cycles in order: the makespan is the first grant plus these cycles, so
+// they show where the excess over the bound goes.
+func (t Timing) LastSlot() (string, []Cycle) {
+	var slot string
+	var end time.Time
+	for _, c := range t.Cycles {
+		if c.Release.After(end) {
+			slot, end = c.Slot, c.Release
+		}
+	}
+	var out []Cycle
+	for _, c := range t.Cycles {
+		if c.Slot == slot {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Wave < out[j].Wave })
+	return slot, out
+}
+
+// LastSlotReport renders LastSlot: per cycle, each hop in milliseconds
+// (HopOrder; "-" where the log misses a step) and the cycle less reboot.
+func (t Timing) LastSlotReport(reboot time.Duration) string {
+	slot, cycles := t.LastSlot()
+	if slot == "" {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  slot that ends the rollout, %s: hops in ms (grant→cordon→drained→unlock→request→boot→release→next grant), overhead\n", slot)
+	for _, c := range cycles {
+		steps := []time.Time{c.Grant, c.Cordon, c.Drained, c.Unlock, c.Request, c.Boot, c.Release, c.NextGrant}
+		hops := make([]string, 0, len(steps)-1)
+		for i := range steps[:len(steps)-1] {
+			if steps[i].IsZero() || steps[i+1].IsZero() {
+				hops = append(hops, "-")
+				continue
+			}
+			hops = append(hops, fmt.Sprint(max(0, steps[i+1].Sub(steps[i])).Milliseconds()))
+		}
+		over := "-"
+		if !c.Grant.IsZero() && !c.NextGrant.IsZero() {
+			over = ms(c.NextGrant.Sub(c.Grant) - reboot)
+		}
+		fmt.Fprintf(&b, "    wave %2d %-16s %s  overhead %s\n", c.Wave, c.Node, strings.Join(hops, " "), over)
+	}
+	return b.String()
+}
+
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }

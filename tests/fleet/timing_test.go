@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,5 +193,28 @@ func TestOverheadIsTheCycleLessTheReboot(t *testing.T) {
 	want := []time.Duration{400 * time.Millisecond, 300 * time.Millisecond}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Overhead(3s) = %v, want %v", got, want)
+	}
+}
+
+func TestLastSlotIsTheOneThatEndsTheRollout(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tm := Timing{Cycles: []Cycle{
+		{Slot: "p-reboot-1", Node: "b", Wave: 1, Grant: at(3300), Release: at(6500)},
+		{Slot: "p-reboot-0", Node: "a", Wave: 0, Grant: at(0), Cordon: at(10), Drained: at(40), Unlock: at(60), Request: at(65),
+			Boot: at(3070), Release: at(3120), NextGrant: at(3120)},
+		{Slot: "p-reboot-0", Node: "c", Wave: 1, Grant: at(3120), Release: at(6400)},
+		{Slot: "p-reboot-1", Node: "d", Wave: 0, Grant: at(0), Release: at(3200), NextGrant: at(3300)},
+	}}
+	slot, cycles := tm.LastSlot()
+	if slot != "p-reboot-1" || len(cycles) != 2 || cycles[0].Node != "d" || cycles[1].Node != "b" {
+		t.Fatalf("LastSlot = %s %+v, want p-reboot-1 with d then b", slot, cycles)
+	}
+	tm.Cycles = tm.Cycles[1:3]
+	got := tm.LastSlotReport(3 * time.Second)
+	for _, want := range []string{"p-reboot-0", "wave  0 a                10 30 20 5 3005 50 0  overhead 120ms", "wave  1 c                - - - - - - -  overhead -"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("LastSlotReport lacks %q:\n%s", want, got)
+		}
 	}
 }
