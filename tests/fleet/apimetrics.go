@@ -41,6 +41,27 @@ func (f *Fleet) APIRequests(ctx context.Context) ([]RequestCount, error) {
 	return out, nil
 }
 
+// TerminatedWatchers returns, by resource, the watches the API server has
+// closed because their client did not read its events in time
+// (apiserver_terminated_watchers_total): each costs its client a new WATCH.
+func (f *Fleet) TerminatedWatchers(ctx context.Context) (map[string]float64, error) {
+	families, err := f.apiMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	if fam := families["apiserver_terminated_watchers_total"]; fam != nil {
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "resource" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 func (f *Fleet) apiMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	raw, err := f.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {

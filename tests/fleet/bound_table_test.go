@@ -43,6 +43,11 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	b, f, p, n := r.b, r.f, r.p, r.n
 	pid := f.CoordinatorPID()
 	use0, self0 := usage(b, pid), usage(b, os.Getpid())
+	// Read before the requests are, so this read is not one of the run's.
+	closed0, err := f.TerminatedWatchers(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	reqs0, err := f.APIRequests(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -73,6 +78,10 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	}
 	use1, self1 := usage(b, pid), usage(b, os.Getpid())
 	reqs1, err := f.APIRequests(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	closed1, err := f.TerminatedWatchers(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,6 +123,11 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	fmt.Fprintf(&w, "  per-wave overhead (slot cycle less R) median %s p95 %s (n=%d)\n", ms(Quantile(oh, 0.5)), ms(Quantile(oh, 0.95)), len(oh))
 	w.WriteString(t.LastSlotReport(boundReboot))
 	fmt.Fprintf(&w, "  API requests per node update (API server metrics, everything): %s\n", PerNode(delta, n))
+	for res, n := range closed1 {
+		if d := n - closed0[res]; d > 0 {
+			fmt.Fprintf(&w, "  watches of %s the API server closed as unresponsive: %.0f\n", res, d)
+		}
+	}
 	fmt.Fprintf(&w, "  writes by the product per node update: %.2f (all writes %.2f, minus the harness's kubelets' %.2f nodes/status PATCHes and the pool's creation or image change)\n",
 		ph.writes, float64(writes)/float64(n), float64(statusWrites)/float64(n))
 	if r.light {
