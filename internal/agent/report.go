@@ -179,9 +179,14 @@ func (r *runner) notifyStatus(a decide.Action) string {
 // lists stay usable and the coordinator sees the agent alive. Nothing the
 // report says changed (a change of bootc status, a grant or the BootcNode
 // wakes a full round), so it reads no bootc status; only the boot ID is
-// checked. It returns false when a full round must report instead.
+// checked. It returns false when a full round must report instead: also
+// when the last decision is an update's reboot that no report has said yet
+// (amendment 37), so the report that falls due says Rebooting.
 func (r *runner) heartbeat(ctx context.Context) bool {
 	if !r.reported {
+		return false
+	}
+	if a := r.st.Last.Action; decide.Unannounced(a) && (r.lastReport.Phase != a.Phase || r.lastReport.Reason != a.Reason) {
 		return false
 	}
 	if id, err := r.deps.Host.BootID(); err != nil || id != r.lastReport.BootID {

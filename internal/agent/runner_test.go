@@ -195,6 +195,12 @@ type unit struct {
 
 func startUnit(t *testing.T, node string) *unit {
 	t.Helper()
+	return startUnitWith(t, node, func(*agent.Config) {})
+}
+
+// startUnitWith is startUnit with the agent's configuration changed by set.
+func startUnitWith(t *testing.T, node string, set func(*agent.Config)) *unit {
+	t.Helper()
 	m, err := testbootc.NewBooted(imgV1)
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +214,7 @@ func startUnit(t *testing.T, node string) *unit {
 	done := make(chan error, 1)
 	cfg := agent.Config{NodeName: node, StateDir: u.state, PollInterval: 2 * time.Second,
 		RereadInterval: 50 * time.Millisecond, SettleTimeout: time.Minute, WaitingHold: time.Millisecond, Version: "test"}
+	set(&cfg)
 	go func() {
 		done <- agent.Run(ctx, cfg, agent.Deps{API: u.api, Bootc: &bootc.CLI{Runner: testbootc.NewMem(m)}, Host: u.host,
 			Log:   slog.New(slog.NewTextHandler(testLog{t}, nil)),
@@ -289,6 +296,48 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 	}
 	if strings.Join(kinds, ",") != "stage,stage-ended,apply,reboot" {
 		t.Fatalf("traced steps %v, want stage, stage-ended, apply, reboot", kinds)
+	}
+}
+
+// A host slow to go down after the reboot request: the agent wrote no report
+// for the reboot (amendment 37), but the report its pace makes due says
+// Rebooting, so the BootcNode does not go quiet on Staged.
+func TestRunnerReportsARebootOnlyWhenThePaceAsks(t *testing.T) {
+	u := startUnitWith(t, "unit-slow", func(c *agent.Config) { c.ActiveReportInterval = time.Second })
+	ctx := context.Background()
+	boot1 := u.m.BootID()
+	if _, err := u.k.Grant(ctx, lease.KindStage, 0, "unit-slow", imgV2, boot1, ""); err != nil {
+		t.Fatal(err)
+	}
+	u.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	if err := u.k.Revoke(ctx, lease.KindStage, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.k.Grant(ctx, lease.KindReboot, 0, "unit-slow", imgV2, boot1, lease.PhaseReboot); err != nil {
+		t.Fatal(err)
+	}
+	u.waitReboots(1)
+	u.api.mu.Lock()
+	before := len(u.api.writes)
+	for _, w := range u.api.writes {
+		if w.Phase == fleetv1.PhaseRebooting {
+			t.Errorf("a report said %s/%s when the reboot was asked for: %s", w.Phase, w.Reason, w.Message)
+		}
+	}
+	u.api.mu.Unlock()
+	// The machine is never rebooted here: the host stays up.
+	st := u.wait("the paced report", testcoord.PhaseIs(fleetv1.PhaseRebooting, fleetv1.ReasonRebooting))
+	if !strings.Contains(st.Message, "waiting for the host to go down") {
+		t.Errorf("paced report says %q, want the wait for the host", st.Message)
+	}
+	u.api.mu.Lock()
+	n := len(u.api.writes) - before
+	u.api.mu.Unlock()
+	if n < 1 {
+		t.Fatalf("no status write after the reboot request")
+	}
+	if r := u.host.count(); r != 1 {
+		t.Fatalf("%d reboot requests, want 1", r)
 	}
 }
 

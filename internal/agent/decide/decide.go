@@ -408,9 +408,10 @@ func rebootPending(o Observation) Action {
 		}
 		return a
 	}
+	// An update's reboot needs no heartbeat (amendment 37): the grant
+	// stands or it was revoked.
 	g, err := grantFor(o, r.Grant, lease.ActionReboot, r.Image)
-	switch {
-	case err == nil:
+	if err == nil {
 		if o.RebootIssued {
 			return Action{Kind: Nothing, Phase: fleetv1.PhaseRebooting, Reason: fleetv1.ReasonRebooting,
 				Message: "rebooting into " + short(r.Image) + "; waiting for the host to go down"}
