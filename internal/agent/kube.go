@@ -192,6 +192,21 @@ func (k *kube) poke() {
 func (k *kube) Start(ctx context.Context) {
 	go k.nodeInf.RunWithContext(ctx)
 	go k.leaseInf.RunWithContext(ctx)
+	// The loop waits for Changed before it looks at Synced again, and an
+	// informer's handlers run before it counts as synced (an informer that
+	// lists nothing runs none): without this poke the agent's first
+	// decision after a boot waited for its next 100 ms tick, on the path
+	// from the boot to the report the coordinator releases the slot on.
+	go func() {
+		for _, inf := range []cache.SharedIndexInformer{k.nodeInf, k.leaseInf} {
+			select {
+			case <-ctx.Done():
+				return
+			case <-inf.HasSyncedChecker().Done():
+			}
+		}
+		k.poke()
+	}()
 }
 
 // Synced: both informers listed successfully at least once.
