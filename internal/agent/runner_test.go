@@ -304,18 +304,7 @@ func TestRunnerStagesAndRebootsOnceUnderGrants(t *testing.T) {
 // Rebooting, so the BootcNode does not go quiet on Staged.
 func TestRunnerReportsARebootOnlyWhenThePaceAsks(t *testing.T) {
 	u := startUnitWith(t, "unit-slow", func(c *agent.Config) { c.ActiveReportInterval = time.Second })
-	ctx := context.Background()
-	boot1 := u.m.BootID()
-	if _, err := u.k.Grant(ctx, lease.KindStage, 0, "unit-slow", imgV2, boot1, ""); err != nil {
-		t.Fatal(err)
-	}
-	u.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
-	if err := u.k.Revoke(ctx, lease.KindStage, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := u.k.Grant(ctx, lease.KindReboot, 0, "unit-slow", imgV2, boot1, lease.PhaseReboot); err != nil {
-		t.Fatal(err)
-	}
+	u.stageThenGrantReboot("unit-slow")
 	u.waitReboots(1)
 	u.api.mu.Lock()
 	before := len(u.api.writes)
@@ -419,17 +408,7 @@ func TestRunnerCancelsStageOnRevoke(t *testing.T) {
 func TestRunnerRollsBackOnceUnderARollbackGrant(t *testing.T) {
 	u := startUnit(t, "unit-r")
 	ctx := context.Background()
-	boot1 := u.m.BootID()
-	if _, err := u.k.Grant(ctx, lease.KindStage, 0, "unit-r", imgV2, boot1, ""); err != nil {
-		t.Fatal(err)
-	}
-	u.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
-	if err := u.k.Revoke(ctx, lease.KindStage, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := u.k.Grant(ctx, lease.KindReboot, 0, "unit-r", imgV2, boot1, lease.PhaseReboot); err != nil {
-		t.Fatal(err)
-	}
+	u.stageThenGrantReboot("unit-r")
 	u.waitReboots(1)
 	boot2 := u.m.Reboot(testbootc.RebootOptions{})
 	u.wait("Idle on v2", testcoord.PhaseIs(fleetv1.PhaseIdle, fleetv1.ReasonUpToDate))
@@ -477,6 +456,26 @@ func TestRunnerRollsBackOnceUnderARollbackGrant(t *testing.T) {
 }
 
 // waitReboots waits until the host was asked to reboot n times.
+// stageThenGrantReboot plays the coordinator for one update of node to v2:
+// a stage grant, its release once the node is Staged, a reboot grant in
+// phase Reboot. It returns the boot the grants were issued in.
+func (u *unit) stageThenGrantReboot(node string) string {
+	u.t.Helper()
+	ctx := context.Background()
+	boot := u.m.BootID()
+	if _, err := u.k.Grant(ctx, lease.KindStage, 0, node, imgV2, boot, ""); err != nil {
+		u.t.Fatal(err)
+	}
+	u.wait("Staged", testcoord.PhaseIs(fleetv1.PhaseStaged, fleetv1.ReasonWaitingForRebootGrant))
+	if err := u.k.Revoke(ctx, lease.KindStage, 0); err != nil {
+		u.t.Fatal(err)
+	}
+	if _, err := u.k.Grant(ctx, lease.KindReboot, 0, node, imgV2, boot, lease.PhaseReboot); err != nil {
+		u.t.Fatal(err)
+	}
+	return boot
+}
+
 func (u *unit) waitReboots(n int) {
 	u.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
