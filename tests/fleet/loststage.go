@@ -40,7 +40,13 @@ func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool)
 	v2 := p.Push("v2")
 	p.Create("v2", opts)
 
-	// Find a node staged and waiting for a reboot slot, and cut its power.
+	// Find a node staged and waiting for a reboot slot, stop its agent, and
+	// cut its power. Its BootcNode says Staged until it reboots (amendment 37:
+	// an update's reboot is not reported first), so the grants tell: a node
+	// whose grant was not in phase Reboot when its agent stopped never began
+	// its reboot (the agent acts only in phase Reboot, and here a grant leaves
+	// that phase only once its node came back). A node caught in phase Reboot
+	// gets its agent back and another is looked for.
 	var victim *SimNode
 	if !sim.WaitFor(ctx, 2*time.Minute, func() bool {
 		for _, n := range p.Nodes {
@@ -49,10 +55,16 @@ func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool)
 				continue
 			}
 			st := n.Machine.State()
-			if bn.Status.Reason == fleetv1.ReasonWaitingForRebootGrant && st.Staged != nil && st.Staged.DownloadOnly && st.Staged.Image == v2 && !n.Down() {
-				victim = n
-				return true
+			if bn.Status.Reason != fleetv1.ReasonWaitingForRebootGrant || st.Staged == nil || !st.Staged.DownloadOnly || st.Staged.Image != v2 || n.Down() {
+				continue
 			}
+			n.StopAgent()
+			if now := n.Machine.State().Staged; f.holdsRebootPhase(ctx, name, n.Name) || now == nil || !now.DownloadOnly {
+				n.StartAgent(ctx)
+				continue
+			}
+			victim = n
+			return true
 		}
 		return false
 	}) {
@@ -61,9 +73,8 @@ func LostStage(ctx context.Context, f *Fleet, seed int64, underRebootGrant bool)
 		return res
 	}
 	if underRebootGrant {
-		// Its agent stops (so it cannot use the grant), and the power cut
+		// Its agent stopped (so it cannot use the grant); the power cut
 		// comes once the coordinator moved its reboot grant to phase Reboot.
-		victim.StopAgent()
 		if !sim.WaitFor(ctx, 2*time.Minute, func() bool { return f.holdsRebootPhase(ctx, name, victim.Name) }) {
 			res.Problems = append(res.Problems, victim.Name+" never held a reboot grant in phase Reboot")
 		}
