@@ -341,9 +341,10 @@ func (g Grant) Allows(c Check) error {
 // NeedsHeartbeat reports whether a grant allows a only while the agent's
 // accepted reports that list it keep it alive (amendment 8): staging and
 // rolling back. An update's reboot in phase Reboot needs none (amendment
-// 37): the coordinator never expires a reboot grant by heartbeats, and
-// revokes one in phase Reboot only on the agent's own proof that it will not
-// use it (amendment 21), so a report listing it would tell nobody anything.
+// 37): the coordinator never expires a reboot grant by heartbeats, so a
+// report listing it would tell nobody anything. A revoke in phase Reboot
+// (the node rebooted outside it or left the pool, or amendment 21's proof of
+// disuse) is caught by the consistent read before each step, as before.
 func NeedsHeartbeat(a Action) bool { return a != ActionReboot }
 
 // allowsAction: a stage slot allows staging, an update grant applying and
