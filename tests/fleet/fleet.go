@@ -76,7 +76,6 @@ type Fleet struct {
 	coordBin     string
 	coordProc    *sim.Process
 	light        bool
-	hub          *lightHub
 	logger       *slog.Logger
 	verbose      bool
 }
@@ -298,9 +297,7 @@ func (f *Fleet) addNode(p *Pool, nodeName, image string, opts PoolOptions, i int
 		}
 		return c
 	}
-	if f.light {
-		n.hub = f.lightHub()
-	}
+	n.light = f.light
 	if err := n.Kubelet.Register(f.ctx, m.BootID()); err != nil {
 		return nil, err
 	}

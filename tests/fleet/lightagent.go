@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -54,17 +53,14 @@ import (
 //     its own), which the light agent does in memory;
 //   - no reboot record on disk and no settle or reboot timeouts, no stage
 //     retries, no degraded phases, no signature policy;
-//   - one shared informer (the harness's own identity) watches every
-//     BootcNode and slot Lease for all light agents, instead of two watches
-//     per node filtered to the node: fewer LIST/WATCH requests, the same
-//     writes;
 //   - no 250 ms minimum gap between rounds: it acts on each change at once.
 type LightAgent struct {
-	n      *SimNode
-	hub    *lightHub
-	fleet  rest.Interface
-	leases coordinationv1client.LeaseInterface // the node's identity: confirm reads
-	pokes  chan struct{}
+	n *SimNode
+	// Its own views, opened as its node: its BootcNode and its grants.
+	bootcNode, grants cache.SharedIndexInformer
+	fleet             rest.Interface
+	leases            coordinationv1client.LeaseInterface // the node's identity: confirm reads
+	pokes             chan struct{}
 
 	lastReport   map[string]any
 	lastReportAt time.Time
@@ -74,13 +70,6 @@ type LightAgent struct {
 	staging      atomic.Bool
 	rebooting    bool
 	hostCtx      context.Context // the harness's, outliving the agent
-}
-
-// lightHub is the light agents' shared informer of BootcNodes and Leases.
-type lightHub struct {
-	nodes, leases cache.SharedIndexInformer
-	mu            sync.Mutex
-	agents        map[string]*LightAgent
 }
 
 func fleetREST(cfg *rest.Config) (rest.Interface, error) { return fleetv1.NewRESTClient(cfg) }
@@ -113,62 +102,43 @@ func counted(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-// lightHub starts (once) the shared informer.
-func (f *Fleet) lightHub() *lightHub {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hub != nil {
-		return f.hub
-	}
-	rc, err := fleetREST(f.Env.Config)
-	if err != nil {
-		f.tb.Fatal(err)
-	}
-	h := &lightHub{agents: map[string]*LightAgent{}}
-	h.nodes = cache.NewSharedIndexInformer(cache.NewListWatchFromClient(rc, "bootcnodes", metav1.NamespaceAll, fields.Everything()),
-		&fleetv1.BootcNode{}, 0, cache.Indexers{})
-	h.leases = informers.NewSharedInformerFactoryWithOptions(f.Kube, 0, informers.WithNamespace(lease.Namespace)).
-		Coordination().V1().Leases().Informer()
-	_ = h.leases.AddIndexers(cache.Indexers{"holder": func(o any) ([]string, error) {
-		if l, ok := o.(*coordinationv1.Lease); ok && l.Labels[lease.LabelHolder] != "" {
-			return []string{l.Labels[lease.LabelHolder]}, nil
+// lightViews opens a's two watches as the real agent does
+// (internal/agent/kube.go): its BootcNode by name and the slot Leases
+// labelled with its node, as its node, the first from the watch cache
+// (resourceVersion 0). Per node, not one shared watch, so the API server
+// carries what real agents cost it: a label-selected watch is dispatched
+// every Lease event of the namespace (BenchmarkLeaseWatchFanOut).
+func (a *LightAgent) lightViews(ctx context.Context, rc rest.Interface, cs kubernetes.Interface) {
+	fromCache := func(lw *cache.ListWatch) *cache.ListWatch {
+		watchFn := lw.WatchFuncWithContext
+		lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if o.ResourceVersion == "" {
+				o.ResourceVersion = "0"
+			}
+			return watchFn(ctx, o)
 		}
-		return nil, nil
-	}})
-	pokeNode := func(o any) {
-		if bn, ok := o.(*fleetv1.BootcNode); ok {
-			h.poke(bn.Name)
-		}
+		return lw
 	}
-	pokeLease := func(o any) {
-		if l, ok := o.(*coordinationv1.Lease); ok {
-			h.poke(l.Labels[lease.LabelHolder])
-		}
+	a.bootcNode = cache.NewSharedIndexInformer(fromCache(cache.NewListWatchFromClient(rc, "bootcnodes", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", a.n.Name))), &fleetv1.BootcNode{}, 0, cache.Indexers{})
+	a.grants = cache.NewSharedIndexInformer(fromCache(cache.NewFilteredListWatchFromClient(cs.CoordinationV1().RESTClient(), "leases", lease.Namespace,
+		func(o *metav1.ListOptions) { o.LabelSelector = lease.LabelHolder + "=" + a.n.Name })), &coordinationv1.Lease{}, 0, cache.Indexers{})
+	for _, inf := range []cache.SharedIndexInformer{a.bootcNode, a.grants} {
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.poke() },
+			UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() }})
+		go inf.RunWithContext(ctx)
 	}
-	_, _ = h.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeNode, UpdateFunc: func(_, o any) { pokeNode(o) }})
-	_, _ = h.leases.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: pokeLease,
-		UpdateFunc: func(old, o any) { pokeLease(old); pokeLease(o) }, DeleteFunc: pokeLease})
-	go h.nodes.RunWithContext(f.ctx)
-	go h.leases.RunWithContext(f.ctx)
-	cache.WaitForCacheSync(f.ctx.Done(), h.nodes.HasSynced, h.leases.HasSynced)
-	f.hub = h
-	return h
 }
 
-func (h *lightHub) poke(node string) {
-	h.mu.Lock()
-	a := h.agents[node]
-	h.mu.Unlock()
-	if a != nil {
-		select {
-		case a.pokes <- struct{}{}:
-		default:
-		}
+func (a *LightAgent) poke() {
+	select {
+	case a.pokes <- struct{}{}:
+	default:
 	}
 }
 
 // runLight runs n's light agent until ctx ends (a reboot or StopAgent).
-func (n *SimNode) runLight(ctx, hostCtx context.Context, hub *lightHub) {
+func (n *SimNode) runLight(ctx, hostCtx context.Context) {
 	cfg := counted(n.rest)
 	rc, err := fleetREST(cfg)
 	if err != nil {
@@ -180,22 +150,9 @@ func (n *SimNode) runLight(ctx, hostCtx context.Context, hub *lightHub) {
 		n.logger.Error("light agent did not start", "err", err)
 		return
 	}
-	a := &LightAgent{n: n, hub: hub, fleet: rc, leases: cs.CoordinationV1().Leases(lease.Namespace), pokes: make(chan struct{}, 1),
+	a := &LightAgent{n: n, fleet: rc, leases: cs.CoordinationV1().Leases(lease.Namespace), pokes: make(chan struct{}, 1),
 		credited: map[lease.ID]bool{}, hostCtx: hostCtx}
-	hub.mu.Lock()
-	hub.agents[n.Name] = a
-	hub.mu.Unlock()
-	defer func() {
-		hub.mu.Lock()
-		if hub.agents[n.Name] == a {
-			delete(hub.agents, n.Name)
-		}
-		hub.mu.Unlock()
-	}()
-	// The real agent's informers open its connection to the API server as
-	// it starts; the light agent's first request would otherwise pay for
-	// the TLS handshake when its BootcNode appears.
-	_ = rc.Get().Resource("bootcnodes").Name(n.Name).Do(ctx).Error()
+	a.lightViews(ctx, rc, cs)
 	for {
 		next := a.round(ctx)
 		t := time.NewTimer(next)
@@ -213,7 +170,7 @@ func (n *SimNode) runLight(ctx, hostCtx context.Context, hub *lightHub) {
 // round observes, reports and acts once; it returns when to look again.
 func (a *LightAgent) round(ctx context.Context) time.Duration {
 	n := a.n
-	obj, ok, _ := a.hub.nodes.GetStore().GetByKey(n.Name)
+	obj, ok, _ := a.bootcNode.GetStore().GetByKey(n.Name)
 	if !ok || a.rebooting {
 		return time.Minute
 	}
@@ -226,7 +183,7 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	var stage, reboot *lease.Grant
 	var claims []fleetv1.GrantInUse
 	every := 5 * time.Minute
-	objs, _ := a.hub.leases.GetIndexer().ByIndex("holder", n.Name)
+	objs := a.grants.GetStore().List()
 	held := map[lease.ID]bool{}
 	for _, o := range objs {
 		l := o.(*coordinationv1.Lease)
@@ -304,7 +261,7 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 			n.setStaging(false)
 			n.log.Add(invariant.Event{Kind: invariant.StageEnd, Node: n.Name, Pool: n.Pool, Image: desired})
 			a.staging.Store(false)
-			a.hub.poke(n.Name)
+			a.poke()
 		}()
 	case reboot != nil && onDesired(st.Staged) && st.Staged.DownloadOnly:
 		rv, ok := a.confirm(ctx, reboot)

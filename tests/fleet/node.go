@@ -74,7 +74,7 @@ type SimNode struct {
 	stateDir  string
 	agentCfg  func() agent.Config
 	logger    *slog.Logger
-	hub       *lightHub   // set: a LightAgent runs instead of the real agent
+	light     bool        // a LightAgent runs instead of the real agent
 	hostile   *hostileRun // set: a hostile writer runs instead of any agent
 	fleet     *Fleet      // for the images pushed bad (PushBad)
 
@@ -154,10 +154,10 @@ func (n *SimNode) StartAgent(ctx context.Context) {
 		}()
 		return
 	}
-	if n.hub != nil {
+	if n.light {
 		go func() {
 			defer close(done)
-			n.runLight(actx, ctx, n.hub)
+			n.runLight(actx, ctx)
 		}()
 		return
 	}
