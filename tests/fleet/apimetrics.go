@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -17,7 +18,7 @@ import (
 // (apiserver_request_total), summed by "verb resource[/subresource]" and
 // sorted, most first: where a run's load on the API server came from.
 func (f *Fleet) APIRequests(ctx context.Context) ([]RequestCount, error) {
-	families, err := f.apiMetrics(ctx)
+	families, err := apiMetrics(ctx, f.Kube)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +46,11 @@ func (f *Fleet) APIRequests(ctx context.Context) ([]RequestCount, error) {
 // closed because their client did not read its events in time
 // (apiserver_terminated_watchers_total): each costs its client a new WATCH.
 func (f *Fleet) TerminatedWatchers(ctx context.Context) (map[string]float64, error) {
-	families, err := f.apiMetrics(ctx)
+	return terminatedWatchers(ctx, f.Kube)
+}
+
+func terminatedWatchers(ctx context.Context, kube kubernetes.Interface) (map[string]float64, error) {
+	families, err := apiMetrics(ctx, kube)
 	if err != nil {
 		return nil, err
 	}
@@ -62,8 +67,9 @@ func (f *Fleet) TerminatedWatchers(ctx context.Context) (map[string]float64, err
 	return out, nil
 }
 
-func (f *Fleet) apiMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	raw, err := f.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+// apiMetrics reads and parses the API server's /metrics.
+func apiMetrics(ctx context.Context, kube kubernetes.Interface) (map[string]*dto.MetricFamily, error) {
+	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server's /metrics: %w", err)
 	}
