@@ -93,6 +93,9 @@ type API interface {
 	BootcNode() *fleetv1.BootcNode
 	// Leases are the cached Leases labelled with this node.
 	Leases() []*coordinationv1.Lease
+	// SlotsError says why the Leases the BootcNode names are not watched
+	// (a malformed fleet.bootc.dev/slots annotation), or nil.
+	SlotsError() error
 	// ReadLease is a consistent read (a GET answered from etcd).
 	ReadLease(ctx context.Context, name string) (*coordinationv1.Lease, error)
 	// PatchStatus sends a merge patch to this node's BootcNode status.

@@ -24,6 +24,9 @@ func (r *runner) leaseView() decide.LeaseView {
 			v.Grants = append(v.Grants, g)
 		}
 	}
+	if err := r.api.SlotsError(); err != nil {
+		v.Malformed = append(v.Malformed, "BootcNode "+r.cfg.NodeName+": "+err.Error())
+	}
 	return v
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,19 +20,22 @@ import (
 
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/slotview"
 )
 
 // kube is the agent's view of the API server (API): an informer on its own
-// BootcNode (field selector) and one on the Leases labelled with its name,
-// consistent reads of single Leases, and patches of its own BootcNode's
-// status. It writes nothing else: no Lease (docs/design.md, amendment 8).
+// BootcNode (field selector), one on each slot Lease the BootcNode names
+// (slotview, amendment 39), consistent reads of single Leases, and patches
+// of its own BootcNode's status. It writes nothing else: no Lease
+// (docs/design.md, amendment 8).
 type kube struct {
 	node   string
 	host   string
 	leases rest.Interface // coordination.k8s.io/v1
 	fleet  rest.Interface
 
-	nodeInf, leaseInf cache.SharedIndexInformer
+	nodeInf cache.SharedIndexInformer
+	slots   *slotview.View
 
 	pokes chan struct{}
 
@@ -43,6 +47,7 @@ type kube struct {
 // once the informer moves past that version, a later list or watch worked.
 type listErr struct {
 	err error
+	inf cache.SharedIndexInformer
 	rv  string
 }
 
@@ -66,43 +71,55 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 	nodeFC := &fromCache{ListWatch: nodeLW}
 	k.nodeInf = cache.NewSharedIndexInformer(nodeFC, &fleetv1.BootcNode{}, 0, cache.Indexers{})
 	nodeFC.synced = k.nodeInf.HasSynced
-	leaseLW := cache.NewFilteredListWatchFromClient(leases, "leases", lease.Namespace,
-		func(o *metav1.ListOptions) { o.LabelSelector = lease.LabelHolder + "=" + node })
-	leaseFC := &fromCache{ListWatch: leaseLW}
-	k.leaseInf = cache.NewSharedIndexInformer(leaseFC, &coordinationv1.Lease{}, 0, cache.Indexers{})
-	leaseFC.synced = k.leaseInf.HasSynced
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { k.poke() },
-		UpdateFunc: func(any, any) { k.poke() },
-		DeleteFunc: func(any) { k.poke() },
-	}
+	k.slots = slotview.New(leases, node, func(lw *cache.ListWatch) cache.SharedIndexInformer {
+		fc := &fromCache{ListWatch: lw}
+		inf := cache.NewSharedIndexInformer(fc, &coordinationv1.Lease{}, 0, cache.Indexers{})
+		fc.synced = inf.HasSynced
+		k.onWatchError("leases", inf)
+		return inf
+	}, k.poke)
 	// The agent's own status writes change its BootcNode too; only a spec
-	// change (a new generation) is news to the agent.
-	nh := h
-	nh.UpdateFunc = func(old, cur any) {
-		a, okA := old.(*fleetv1.BootcNode)
-		b, okB := cur.(*fleetv1.BootcNode)
-		if !okA || !okB || a.Generation != b.Generation || a.DeletionTimestamp != b.DeletionTimestamp {
+	// change (a new generation) is news to the agent, and a change of the
+	// slots it names is news to its Lease view (which pokes once the new
+	// informers have synced).
+	if _, err := k.nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			k.follow()
 			k.poke()
-		}
-	}
-	if _, err := k.nodeInf.AddEventHandler(nh); err != nil {
+		},
+		UpdateFunc: func(old, cur any) {
+			a, okA := old.(*fleetv1.BootcNode)
+			b, okB := cur.(*fleetv1.BootcNode)
+			if okA && okB && a.Annotations[fleetv1.AnnotationSlots] != b.Annotations[fleetv1.AnnotationSlots] {
+				k.follow()
+			}
+			if !okA || !okB || a.Generation != b.Generation || a.DeletionTimestamp != b.DeletionTimestamp {
+				k.poke()
+			}
+		},
+		DeleteFunc: func(any) {
+			k.follow()
+			k.poke()
+		},
+	}); err != nil {
 		return nil, err
 	}
-	if _, err := k.leaseInf.AddEventHandler(h); err != nil {
+	if err := k.onWatchError("bootcnodes", k.nodeInf); err != nil {
 		return nil, err
-	}
-	for name, inf := range map[string]cache.SharedIndexInformer{"bootcnodes": k.nodeInf, "leases": k.leaseInf} {
-		name := name
-		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			k.noteListErr(name, err)
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-		}); err != nil {
-			return nil, err
-		}
 	}
 	return k, nil
 }
+
+// onWatchError has inf's list and watch failures noted under name.
+func (k *kube) onWatchError(name string, inf cache.SharedIndexInformer) error {
+	return inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		k.noteListErr(name, inf, err)
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+}
+
+// follow points the Lease view at what the cached BootcNode names.
+func (k *kube) follow() { k.slots.Follow(k.BootcNode()) }
 
 // fromCache starts an informer from the API server's watch cache. client-go
 // opens an informer with a watch-list stream (sendInitialEvents) that, with
@@ -137,18 +154,11 @@ func (f fromCache) Watch(o metav1.ListOptions) (watch.Interface, error) {
 
 // noteListErr remembers why an informer's list or watch failed, so the
 // agent can say so (STATUS=, its BootcNode's APIAccess condition).
-func (k *kube) noteListErr(informer string, err error) {
+func (k *kube) noteListErr(informer string, inf cache.SharedIndexInformer, err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.listErrs[informer] = listErr{err: err, rv: k.informer(informer).LastSyncResourceVersion()}
+	k.listErrs[informer] = listErr{err: err, inf: inf, rv: inf.LastSyncResourceVersion()}
 	k.poke()
-}
-
-func (k *kube) informer(name string) cache.SharedIndexInformer {
-	if name == "bootcnodes" {
-		return k.nodeInf
-	}
-	return k.leaseInf
 }
 
 // ListErrors returns the informers' current failures: a failure is over once
@@ -158,10 +168,11 @@ func (k *kube) ListErrors() map[string]error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := map[string]error{}
+	running := k.slots.Informers()
 	for name, e := range k.listErrs {
-		inf := k.informer(name)
-		if inf.HasSynced() && inf.LastSyncResourceVersion() != e.rv {
-			delete(k.listErrs, name)
+		inf := e.inf
+		if (inf.HasSynced() && inf.LastSyncResourceVersion() != e.rv) || (name == "leases" && !slices.Contains(running, inf)) {
+			delete(k.listErrs, name) // healed, or an informer the view stopped
 			continue
 		}
 		if !inf.HasSynced() || refused(e.err) {
@@ -190,27 +201,37 @@ func (k *kube) poke() {
 // breaks, so an API outage heals by itself; grants meanwhile age out through
 // the agent's own last accepted heartbeat.
 func (k *kube) Start(ctx context.Context) {
+	k.slots.Start(ctx)
 	go k.nodeInf.RunWithContext(ctx)
-	go k.leaseInf.RunWithContext(ctx)
 	// The loop waits for Changed before it looks at Synced again, and an
 	// informer's handlers run before it counts as synced (an informer that
 	// lists nothing runs none): without this poke the agent's first
 	// decision after a boot waited for its next 100 ms tick, on the path
 	// from the boot to the report the coordinator releases the slot on.
+	// The Lease view pokes once the informers it starts have synced.
 	go func() {
-		for _, inf := range []cache.SharedIndexInformer{k.nodeInf, k.leaseInf} {
-			select {
-			case <-ctx.Done():
-				return
-			case <-inf.HasSyncedChecker().Done():
-			}
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.nodeInf.HasSyncedChecker().Done():
 		}
+		k.follow()
 		k.poke()
 	}()
 }
 
-// Synced: both informers listed successfully at least once.
-func (k *kube) Synced() bool { return k.nodeInf.HasSynced() && k.leaseInf.HasSynced() }
+// Synced: the BootcNode informer listed successfully at least once, and so
+// did every Lease informer it names.
+func (k *kube) Synced() bool {
+	if !k.nodeInf.HasSynced() {
+		return false
+	}
+	k.follow()
+	return k.slots.Synced()
+}
+
+// SlotsError says why the BootcNode's list of slots is not followed.
+func (k *kube) SlotsError() error { return k.slots.Err() }
 
 // BootcNode returns the cached BootcNode, or nil.
 func (k *kube) BootcNode() *fleetv1.BootcNode {
@@ -223,15 +244,7 @@ func (k *kube) BootcNode() *fleetv1.BootcNode {
 }
 
 // Leases returns the cached Leases labelled with this node.
-func (k *kube) Leases() []*coordinationv1.Lease {
-	var out []*coordinationv1.Lease
-	for _, o := range k.leaseInf.GetStore().List() {
-		if l, ok := o.(*coordinationv1.Lease); ok {
-			out = append(out, l)
-		}
-	}
-	return out
-}
+func (k *kube) Leases() []*coordinationv1.Lease { return k.slots.Leases() }
 
 // ReadLease is a consistent read of one slot Lease: a GET without a
 // resourceVersion, which the API server answers from etcd with a quorum

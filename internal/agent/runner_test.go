@@ -100,6 +100,7 @@ func (a *memAPI) ListErrors() map[string]error {
 	return map[string]error{}
 }
 func (a *memAPI) ClearListError(string) {}
+func (a *memAPI) SlotsError() error     { return nil }
 
 func (a *memAPI) BootcNode() *fleetv1.BootcNode {
 	n := &fleetv1.BootcNode{}

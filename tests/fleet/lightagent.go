@@ -21,6 +21,7 @@ import (
 	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/agent"
+	"github.com/bootc-fleet/bootc-fleet/internal/agent/slotview"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/invariant"
 	"github.com/bootc-fleet/bootc-fleet/internal/sim/testbootc"
 )
@@ -57,10 +58,11 @@ import (
 type LightAgent struct {
 	n *SimNode
 	// Its own views, opened as its node: its BootcNode and its grants.
-	bootcNode, grants cache.SharedIndexInformer
-	fleet             rest.Interface
-	leases            coordinationv1client.LeaseInterface // the node's identity: confirm reads
-	pokes             chan struct{}
+	bootcNode cache.SharedIndexInformer
+	slots     *slotview.View
+	fleet     rest.Interface
+	leases    coordinationv1client.LeaseInterface // the node's identity: confirm reads
+	pokes     chan struct{}
 
 	lastReport   map[string]any
 	lastReportAt time.Time
@@ -102,12 +104,11 @@ func counted(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-// lightViews opens a's two watches as the real agent does
-// (internal/agent/kube.go): its BootcNode by name and the slot Leases
-// labelled with its node, as its node, the first from the watch cache
-// (resourceVersion 0). Per node, not one shared watch, so the API server
-// carries what real agents cost it: a label-selected watch is dispatched
-// every Lease event of the namespace (BenchmarkLeaseWatchFanOut).
+// lightViews opens a's watches as the real agent does
+// (internal/agent/kube.go): its BootcNode by name, and the slot Leases the
+// BootcNode names, each by name (slotview, amendment 39), as its node, the
+// first from the watch cache (resourceVersion 0). Per node, not one shared
+// watch, so the API server carries what real agents cost it.
 func (a *LightAgent) lightViews(ctx context.Context, rc rest.Interface, cs kubernetes.Interface) {
 	fromCache := func(lw *cache.ListWatch) *cache.ListWatch {
 		watchFn := lw.WatchFuncWithContext
@@ -119,15 +120,23 @@ func (a *LightAgent) lightViews(ctx context.Context, rc rest.Interface, cs kuber
 		}
 		return lw
 	}
+	a.slots = slotview.New(cs.CoordinationV1().RESTClient(), a.n.Name, func(lw *cache.ListWatch) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(fromCache(lw), &coordinationv1.Lease{}, 0, cache.Indexers{})
+	}, a.poke)
+	a.slots.Start(ctx)
 	a.bootcNode = cache.NewSharedIndexInformer(fromCache(cache.NewListWatchFromClient(rc, "bootcnodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", a.n.Name))), &fleetv1.BootcNode{}, 0, cache.Indexers{})
-	a.grants = cache.NewSharedIndexInformer(fromCache(cache.NewFilteredListWatchFromClient(cs.CoordinationV1().RESTClient(), "leases", lease.Namespace,
-		func(o *metav1.ListOptions) { o.LabelSelector = lease.LabelHolder + "=" + a.n.Name })), &coordinationv1.Lease{}, 0, cache.Indexers{})
-	for _, inf := range []cache.SharedIndexInformer{a.bootcNode, a.grants} {
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.poke() },
-			UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() }})
-		go inf.RunWithContext(ctx)
+	follow := func() {
+		var bn *fleetv1.BootcNode
+		if o, ok, _ := a.bootcNode.GetStore().GetByKey(a.n.Name); ok {
+			bn = o.(*fleetv1.BootcNode)
+		}
+		a.slots.Follow(bn)
+		a.poke()
 	}
+	_, _ = a.bootcNode.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { follow() },
+		UpdateFunc: func(any, any) { follow() }, DeleteFunc: func(any) { follow() }})
+	go a.bootcNode.RunWithContext(ctx)
 }
 
 func (a *LightAgent) poke() {
@@ -183,10 +192,8 @@ func (a *LightAgent) round(ctx context.Context) time.Duration {
 	var stage, reboot *lease.Grant
 	var claims []fleetv1.GrantInUse
 	every := 5 * time.Minute
-	objs := a.grants.GetStore().List()
 	held := map[lease.ID]bool{}
-	for _, o := range objs {
-		l := o.(*coordinationv1.Lease)
+	for _, l := range a.slots.Leases() {
 		g, err := lease.Parse(l)
 		if err == nil && g.Holder == n.Name {
 			held[g.ID] = true

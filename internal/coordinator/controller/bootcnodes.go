@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
-	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
@@ -52,6 +52,7 @@ type bootcNodeWish struct {
 	pool   string
 	change plan.BootcNodeChange
 	spec   bool // it changes more than the coordinator's annotations
+	slots  bool // it names a slot the BootcNode does not name yet
 }
 
 // bootcNodeWorkers write BootcNodes concurrently. Few on purpose: these
@@ -67,7 +68,12 @@ const bootcNodeWorkers = 8
 
 // Priorities in the writer's queue: a node whose wish changes its spec is
 // written before every node whose wish only explains.
+// A wish that names a slot the BootcNode does not name yet goes before
+// both: the node's agent watches only the Leases its BootcNode names
+// (amendment 39), so until it lands the node cannot see its grant, and at
+// 5,000 nodes the spec patches of an image change queue for minutes.
 var (
+	prioritySlots = 2
 	prioritySpec  = 1
 	priorityNotes = 0
 )
@@ -100,19 +106,22 @@ const annotationDelay = time.Second
 // controller sets a pass's changes in the plan's order (the queue order,
 // plan.membership), so spec changes are written in the order the nodes can
 // stage and then reboot: the first wave's before the next wave's.
-func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange, onlyNotes bool) {
+func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange, onlyNotes, newSlots bool) {
 	b.mu.Lock()
-	b.want[c.Name] = bootcNodeWish{pool: pool, change: c, spec: !onlyNotes}
+	b.want[c.Name] = bootcNodeWish{pool: pool, change: c, spec: !onlyNotes, slots: newSlots}
 	b.mu.Unlock()
-	if onlyNotes {
+	if onlyNotes && !newSlots {
 		b.queue.AddWithOpts(priorityqueue.AddOpts{After: annotationDelay, Priority: &priorityNotes}, c.Name)
 		return
 	}
-	b.queue.AddWithOpts(priorityqueue.AddOpts{Priority: &prioritySpec}, c.Name)
+	b.queue.AddWithOpts(priorityqueue.AddOpts{Priority: b.want[c.Name].priority()}, c.Name)
 }
 
 func (w bootcNodeWish) priority() *int {
-	if w.spec {
+	switch {
+	case w.slots:
+		return &prioritySlots
+	case w.spec:
 		return &prioritySpec
 	}
 	return &priorityNotes
@@ -184,6 +193,7 @@ func (b *bootcNodeWriter) write(ctx context.Context, wish bootcNodeWish) error {
 	bn.Spec = c.Spec
 	bn.SetNoPlatformImage(c.NoPlatformImage)
 	bn.SetRollout(c.RolloutState, c.RolloutReason)
+	bn.SetSlots(c.Slots)
 	if equality.Semantic.DeepEqual(bn.Spec, read.Spec) && equality.Semantic.DeepEqual(bn.Annotations, read.Annotations) {
 		return nil
 	}
@@ -245,35 +255,60 @@ func onlyNotes(w *observed, c plan.BootcNodeChange) bool {
 	return read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
 }
 
-// targetsAfterGrants hands the BootcNode writer a node's new target as soon
-// as the stage grant that goes out with it (amendment 29) is written, not
-// once every slot of the pass is: at 1,000 nodes a pass that grants 1,000
-// stage slots writes them for a second, and the first wave's targets would
-// wait behind the last grant. The Lease is still written before the patch
-// (amendment 29), and the targets are still handed over in the queue order,
-// as the grants are written in it (amendment 30); applyBootcNodes hands
-// over the rest, and a node handed over again keeps its place.
-type targetsAfterGrants map[string]plan.BootcNodeChange
+// namesNewSlots: c names a slot the BootcNode as read does not name (a
+// grant its agent cannot see until the name lands, amendment 39).
+func namesNewSlots(w *observed, c plan.BootcNodeChange) bool {
+	read := w.bootcNodes[c.Name]
+	if read == nil {
+		return len(c.Slots) > 0
+	}
+	had, _, _ := fleetv1.SlotsOf(read) // a bad annotation is rewritten whole
+	for _, s := range c.Slots {
+		if !slices.Contains(had, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// targetsAfterGrants hands the BootcNode writer a node's new target, and
+// the name of a slot newly granted to it, as soon as the grant that goes
+// out with it (amendment 29) is written, not once every slot of the pass
+// is: at 1,000 nodes a pass that grants 1,000 stage slots writes them for a
+// second, and the first wave's targets would wait behind the last grant;
+// and a reboot grant's node sees its grant only once its BootcNode names
+// the slot (amendment 39), which should land while the node drains. The
+// Lease is still written before the patch (amendment 29), and the targets
+// are still handed over in the queue order, as the grants are written in
+// it (amendment 30); applyBootcNodes hands over the rest, and a node
+// handed over again keeps its place.
+type targetsAfterGrants map[string]handOver
+
+type handOver struct {
+	change            plan.BootcNodeChange
+	onlyNotes, slotsN bool
+}
 
 func newTargetsAfterGrants(w *observed, changes []plan.BootcNodeChange) targetsAfterGrants {
 	t := targetsAfterGrants{}
 	for _, c := range changes {
-		if !onlyNotes(w, c) {
-			t[c.Name] = c
+		h := handOver{change: c, onlyNotes: onlyNotes(w, c), slotsN: namesNewSlots(w, c)}
+		if !h.onlyNotes || h.slotsN {
+			t[c.Name] = h
 		}
 	}
 	return t
 }
 
-// granted hands over the targets of the nodes chain granted a stage slot to
+// granted hands over the changes of the nodes chain granted a slot to
 // (chain was written). Calls may run concurrently: t is only read.
 func (t targetsAfterGrants) granted(b *bootcNodeWriter, pool string, chain []plan.SlotChange) {
 	for _, c := range chain {
-		if c.Op != plan.OpGrant || c.Kind != lease.KindStage {
+		if c.Op != plan.OpGrant {
 			continue
 		}
-		if wish, ok := t[c.Node]; ok {
-			b.set(pool, wish, false)
+		if h, ok := t[c.Node]; ok {
+			b.set(pool, h.change, h.onlyNotes, h.slotsN)
 		}
 	}
 }
@@ -287,6 +322,7 @@ func (r *poolReconciler) createBootcNodes(ctx context.Context, log logr.Logger, 
 		bn := &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
 		bn.SetNoPlatformImage(c.NoPlatformImage)
 		bn.SetRollout(c.RolloutState, c.RolloutReason)
+		bn.SetSlots(c.Slots)
 		if err := controllerutil.SetControllerReference(pool, bn, r.client.Scheme()); err != nil {
 			return err
 		}

@@ -19,14 +19,14 @@ func TestBootcNodeWriterWritesSpecChangesFirst(t *testing.T) {
 	b := newBootcNodeWriter(nil, nil, logr.Discard())
 	defer b.queue.ShutDown()
 	for _, n := range []string{"notes-a", "notes-b", "notes-c"} {
-		b.set("pool", plan.BootcNodeChange{Name: n}, true)
+		b.set("pool", plan.BootcNodeChange{Name: n}, true, false)
 	}
 	time.Sleep(annotationDelay + 100*time.Millisecond) // the notes are ready now
 	for _, n := range []string{"spec-a", "spec-b"} {
-		b.set("pool", plan.BootcNodeChange{Name: n}, false)
+		b.set("pool", plan.BootcNodeChange{Name: n}, false, false)
 	}
 	// A node with notes queued that then needs a spec change moves up.
-	b.set("pool", plan.BootcNodeChange{Name: "notes-c"}, false)
+	b.set("pool", plan.BootcNodeChange{Name: "notes-c"}, false, false)
 
 	want := []string{"spec-a", "spec-b", "notes-c", "notes-a", "notes-b"}
 	for i, w := range want {
@@ -60,16 +60,21 @@ func TestTargetsAreHandedOverWithTheirStageGrants(t *testing.T) {
 		{Name: "b", Spec: spec("old"), RolloutState: fleetv1.RolloutDraining}, // notes only
 		{Name: "c", Spec: spec("new"), RolloutState: fleetv1.RolloutWaitingForStageSlot},
 		{Name: "d", Spec: spec("new"), RolloutState: fleetv1.RolloutStaging},
+		// a reboot grant: notes and the slot's name its agent is to watch
+		{Name: "e", Spec: spec("old"), RolloutState: fleetv1.RolloutDraining, Slots: []string{"pool-reboot-0"}},
 	}
+	w.bootcNodes["e"] = &fleetv1.BootcNode{Spec: spec("old")}
 	targets := newTargetsAfterGrants(w, changes)
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpRelease, Kind: lease.KindStage, Node: "x"}, {Op: plan.OpGrant, Kind: lease.KindStage, Node: "d"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindReboot, Node: "b"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindStage, Node: "a"}})
-	for _, want := range []string{"d", "a"} {
+	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindReboot, Node: "e"}})
+	// e first: a slot's name outranks a target (prioritySlots).
+	for _, want := range []string{"e", "d", "a"} {
 		got, _, _ := b.queue.GetWithPriority()
 		b.queue.Done(got)
 		if got != want {
-			t.Fatalf("handed over %s, want %s (d then a, as their grants were written)", got, want)
+			t.Fatalf("handed over %s, want %s (e, then d and a as their grants were written)", got, want)
 		}
 	}
 	if n := b.queue.Len(); n != 0 {

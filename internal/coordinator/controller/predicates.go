@@ -32,7 +32,8 @@ func nodeChanged() predicate.Predicate {
 }
 
 // bootcNodeChanged starts a pass on every BootcNode update but one that
-// changed only the rollout notes (rollout-state, rollout-reason): those are
+// changed only the rollout notes (rollout-state, rollout-reason, and the
+// slots its agent follows, amendment 39): those are
 // what a pass wrote through the BootcNode writer, and no pass decides on
 // them (the planner only compares them with the notes it would write, and
 // writes again if they differ, on whatever pass comes next). In a 100-node
@@ -58,7 +59,7 @@ func withoutNotes(bn *fleetv1.BootcNode) fleetv1.BootcNode {
 	c := *bn
 	c.ResourceVersion, c.ManagedFields, c.Annotations = "", nil, nil
 	for k, v := range bn.Annotations {
-		if k != fleetv1.AnnotationRolloutState && k != fleetv1.AnnotationRolloutReason {
+		if k != fleetv1.AnnotationRolloutState && k != fleetv1.AnnotationRolloutReason && k != fleetv1.AnnotationSlots {
 			if c.Annotations == nil {
 				c.Annotations = make(map[string]string, len(bn.Annotations))
 			}

@@ -429,11 +429,13 @@ func (p *planner) membership() {
 		c := BootcNodeChange{Name: name, Spec: spec, NoPlatformImage: p.noPlatformImage(name, bn)}
 		tgt, hasTarget := p.targetOf(name)
 		c.RolloutState, c.RolloutReason = p.explain(name, holds, hasTarget && desired == tgt.String())
+		c.Slots = slotNames(holds[name])
 		switch {
 		case bn == nil:
 			p.out.CreateBootcNodes = append(p.out.CreateBootcNodes, c)
 		case !equality.Semantic.DeepEqual(bn.Spec, spec) || bn.Annotations[fleetv1.AnnotationNoPlatformImage] != c.NoPlatformImage ||
-			bn.Annotations[fleetv1.AnnotationRolloutState] != c.RolloutState || bn.Annotations[fleetv1.AnnotationRolloutReason] != c.RolloutReason:
+			bn.Annotations[fleetv1.AnnotationRolloutState] != c.RolloutState || bn.Annotations[fleetv1.AnnotationRolloutReason] != c.RolloutReason ||
+			!hasSlots(bn, c.Slots):
 			p.out.UpdateBootcNodes = append(p.out.UpdateBootcNodes, c)
 		}
 	}
@@ -448,6 +450,23 @@ func (p *planner) membership() {
 	}
 	sort.Strings(gone)
 	p.out.DeleteBootcNodes = gone
+}
+
+// slotNames are the names of held, sorted (never nil: the annotation is
+// written even with no slot, so the agent knows to follow it).
+func slotNames(held []*Slot) []string {
+	names := make([]string, 0, len(held))
+	for _, s := range held {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// hasSlots says whether bn's AnnotationSlots already says names.
+func hasSlots(bn *fleetv1.BootcNode, names []string) bool {
+	v, ok := bn.Annotations[fleetv1.AnnotationSlots]
+	return ok && v == fleetv1.SlotsValue(names)
 }
 
 // writeOrder is the order of CreateBootcNodes and UpdateBootcNodes: the

@@ -246,7 +246,11 @@ func writePass(b *strings.Builder, pass int, w *world, in Input, out Output, see
 		writes = append(writes, "stop drain "+n)
 	}
 	for _, c := range append(append([]BootcNodeChange(nil), out.CreateBootcNodes...), out.UpdateBootcNodes...) {
-		writes = append(writes, fmt.Sprintf("bootcnode %s: desired %s, %s", c.Name, imgLabel(c.Spec.DesiredImage), c.RolloutState))
+		slots := make([]string, len(c.Slots))
+		for i, s := range c.Slots {
+			slots[i] = strings.TrimPrefix(s, poolName+"-")
+		}
+		writes = append(writes, fmt.Sprintf("bootcnode %s: desired %s, %s, slots [%s]", c.Name, imgLabel(c.Spec.DesiredImage), c.RolloutState, strings.Join(slots, " ")))
 	}
 	fmt.Fprintf(b, "  grants: %s\n", orNone(strings.Join(grants, "; ")))
 	for i, wr := range writes {

@@ -292,6 +292,10 @@ type BootcNodeChange struct {
 	// RolloutState and RolloutReason are the coordinator's view of the node
 	// (fleetv1.AnnotationRolloutState, AnnotationRolloutReason).
 	RolloutState, RolloutReason string
+	// Slots names the slot Leases whose live grants the node holds once
+	// the pass's writes are done (fleetv1.AnnotationSlots), sorted; its
+	// agent watches those Leases by name (amendment 39).
+	Slots []string
 }
 
 // Event is a Kubernetes Event to record on the pool, or on a BootcNode.

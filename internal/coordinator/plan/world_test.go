@@ -325,11 +325,13 @@ func (w *world) apply(out Output) {
 		w.bns[c.Name] = &fleetv1.BootcNode{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Spec: c.Spec}
 		w.bns[c.Name].SetNoPlatformImage(c.NoPlatformImage)
 		w.bns[c.Name].SetRollout(c.RolloutState, c.RolloutReason)
+		w.bns[c.Name].SetSlots(c.Slots)
 	}
 	for _, c := range out.UpdateBootcNodes {
 		w.bns[c.Name].Spec = c.Spec
 		w.bns[c.Name].SetNoPlatformImage(c.NoPlatformImage)
 		w.bns[c.Name].SetRollout(c.RolloutState, c.RolloutReason)
+		w.bns[c.Name].SetSlots(c.Slots)
 	}
 	for _, name := range out.DeleteBootcNodes {
 		delete(w.bns, name)
