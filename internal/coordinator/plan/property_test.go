@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"testing"
@@ -476,6 +477,29 @@ func checkedStep(rt *rapid.T, w *world) {
 		}
 		if holders[s.Grant.Holder] > 1 {
 			rt.Fatalf("node %s holds more than one live slot", s.Grant.Holder)
+		}
+	}
+	checkSlotNames(rt, w)
+}
+
+// checkSlotNames: after a pass's writes, each of the pool's BootcNodes
+// names exactly the slots whose live grants its node holds, so its agent,
+// which watches only those (amendment 39), sees every grant it may use.
+func checkSlotNames(rt *rapid.T, w *world) {
+	live := map[string][]string{}
+	for _, l := range w.leases {
+		if s, ok := w.slot(l); ok && s.State == SlotHeld && s.Phase != PhaseFinished {
+			live[s.Grant.Holder] = append(live[s.Grant.Holder], s.Name)
+		}
+	}
+	for name, bn := range w.bns {
+		if bn.Spec.Pool != poolName {
+			continue
+		}
+		got, present, err := fleetv1.SlotsOf(bn)
+		slices.Sort(live[name])
+		if err != nil || !present || !slices.Equal(got, live[name]) && (len(got) > 0 || len(live[name]) > 0) {
+			rt.Fatalf("BootcNode %s names slots %v (present %v, %v); its node holds the live grants of %v", name, got, present, err, live[name])
 		}
 	}
 }
