@@ -344,7 +344,7 @@ func (r *poolReconciler) applyBootcNodes(ctx context.Context, log logr.Logger, p
 	}
 	// Existing BootcNodes are written in the background (bootcNodeWriter).
 	for _, c := range out.UpdateBootcNodes {
-		r.bootcNodes.set(pool.Name, c, onlyNotes(w, c), namesNewSlots(w, c))
+		r.bootcNodes.set(pool.Name, c, onlyNotes(w, c), newSlotKind(w, c))
 	}
 	for _, name := range out.DeleteBootcNodes {
 		bn := w.bootcNodes[name]

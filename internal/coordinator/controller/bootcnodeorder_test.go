@@ -105,13 +105,13 @@ func TestBootcNodeWriterWritesInTheOrderSet(t *testing.T) {
 	b.workers = 1
 	// Notes first, and ready before the spec changes are queued: they
 	// still go last.
-	b.set("order", orderChange("n-06", orderImageA, fleetv1.RolloutWaitingForRebootSlot), true, false)
-	b.set("order", orderChange("n-04", orderImageA, fleetv1.RolloutWaitingForRebootSlot), true, false)
+	b.set("order", orderChange("n-06", orderImageA, fleetv1.RolloutWaitingForRebootSlot), true, "")
+	b.set("order", orderChange("n-04", orderImageA, fleetv1.RolloutWaitingForRebootSlot), true, "")
 	for _, n := range names[:10] {
-		b.set("order", orderChange(n, orderImageB, fleetv1.RolloutStaging), false, false)
+		b.set("order", orderChange(n, orderImageB, fleetv1.RolloutStaging), false, "")
 	}
 	// A later pass sets the first again, with newer words: same place.
-	b.set("order", orderChange(names[0], orderImageB, fleetv1.RolloutWaitingForStageSlot), false, false)
+	b.set("order", orderChange(names[0], orderImageB, fleetv1.RolloutWaitingForStageSlot), false, "")
 	go func() { _ = b.Start(ctx) }()
 
 	want := append(append([]string{}, names[:10]...), "n-06", "n-04")

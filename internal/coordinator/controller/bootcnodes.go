@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
+	"github.com/bootc-fleet/bootc-fleet/api/lease"
 	fleetv1 "github.com/bootc-fleet/bootc-fleet/api/v1alpha1"
 	"github.com/bootc-fleet/bootc-fleet/internal/coordinator/plan"
 )
@@ -52,7 +53,9 @@ type bootcNodeWish struct {
 	pool   string
 	change plan.BootcNodeChange
 	spec   bool // it changes more than the coordinator's annotations
-	slots  bool // it names a slot the BootcNode does not name yet
+	// newSlot is the kind of a slot it names that the BootcNode does not
+	// name yet (reboot if both), or "".
+	newSlot lease.Kind
 }
 
 // bootcNodeWorkers write BootcNodes concurrently. Few on purpose: these
@@ -68,14 +71,17 @@ const bootcNodeWorkers = 8
 
 // Priorities in the writer's queue: a node whose wish changes its spec is
 // written before every node whose wish only explains.
-// A wish that names a slot the BootcNode does not name yet goes before
-// both: the node's agent watches only the Leases its BootcNode names
-// (amendment 39), so until it lands the node cannot see its grant, and at
-// 5,000 nodes the spec patches of an image change queue for minutes.
+// The node's agent watches only the Leases its BootcNode names (amendment
+// 39), so until a new slot's name lands the node cannot see its grant: a
+// wish naming a new stage slot goes as a spec change does, one naming a new
+// reboot slot before everything else. A reboot grant is on the path of its
+// wave (the node drains meanwhile), and an image change queues a patch for
+// every node of the pool (at 1,000 nodes, with every stage slot granted at
+// once, for 20 s).
 var (
-	prioritySlots = 2
-	prioritySpec  = 1
-	priorityNotes = 0
+	priorityReboot = 2
+	prioritySpec   = 1
+	priorityNotes  = 0
 )
 
 func newBootcNodeWriter(c client.Client, writes *ownWrites, log logr.Logger) *bootcNodeWriter {
@@ -106,22 +112,23 @@ const annotationDelay = time.Second
 // controller sets a pass's changes in the plan's order (the queue order,
 // plan.membership), so spec changes are written in the order the nodes can
 // stage and then reboot: the first wave's before the next wave's.
-func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange, onlyNotes, newSlots bool) {
+func (b *bootcNodeWriter) set(pool string, c plan.BootcNodeChange, onlyNotes bool, newSlot lease.Kind) {
+	wish := bootcNodeWish{pool: pool, change: c, spec: !onlyNotes, newSlot: newSlot}
 	b.mu.Lock()
-	b.want[c.Name] = bootcNodeWish{pool: pool, change: c, spec: !onlyNotes, slots: newSlots}
+	b.want[c.Name] = wish
 	b.mu.Unlock()
-	if onlyNotes && !newSlots {
+	if onlyNotes && newSlot == "" {
 		b.queue.AddWithOpts(priorityqueue.AddOpts{After: annotationDelay, Priority: &priorityNotes}, c.Name)
 		return
 	}
-	b.queue.AddWithOpts(priorityqueue.AddOpts{Priority: b.want[c.Name].priority()}, c.Name)
+	b.queue.AddWithOpts(priorityqueue.AddOpts{Priority: wish.priority()}, c.Name)
 }
 
 func (w bootcNodeWish) priority() *int {
 	switch {
-	case w.slots:
-		return &prioritySlots
-	case w.spec:
+	case w.newSlot == lease.KindReboot:
+		return &priorityReboot
+	case w.spec || w.newSlot != "":
 		return &prioritySpec
 	}
 	return &priorityNotes
@@ -255,20 +262,26 @@ func onlyNotes(w *observed, c plan.BootcNodeChange) bool {
 	return read != nil && equality.Semantic.DeepEqual(read.Spec, c.Spec) && read.Annotations[fleetv1.AnnotationNoPlatformImage] == c.NoPlatformImage
 }
 
-// namesNewSlots: c names a slot the BootcNode as read does not name (a
-// grant its agent cannot see until the name lands, amendment 39).
-func namesNewSlots(w *observed, c plan.BootcNodeChange) bool {
-	read := w.bootcNodes[c.Name]
-	if read == nil {
-		return len(c.Slots) > 0
+// newSlotKind is the kind of a slot c names that the BootcNode as read does
+// not (a grant its agent cannot see until the name lands, amendment 39):
+// reboot if one is, else stage if one is, else "".
+func newSlotKind(w *observed, c plan.BootcNodeChange) lease.Kind {
+	var had []string
+	if read := w.bootcNodes[c.Name]; read != nil {
+		had, _, _ = fleetv1.SlotsOf(read) // a bad annotation is rewritten whole
 	}
-	had, _, _ := fleetv1.SlotsOf(read) // a bad annotation is rewritten whole
+	var k lease.Kind
 	for _, s := range c.Slots {
-		if !slices.Contains(had, s) {
-			return true
+		if slices.Contains(had, s) {
+			continue
 		}
+		_, kind, _, err := lease.ParseSlotName(s)
+		if err != nil || kind == lease.KindReboot {
+			return lease.KindReboot // a name the coordinator made; unknown: the cautious side
+		}
+		k = kind
 	}
-	return false
+	return k
 }
 
 // targetsAfterGrants hands the BootcNode writer a node's new target, and
@@ -285,15 +298,16 @@ func namesNewSlots(w *observed, c plan.BootcNodeChange) bool {
 type targetsAfterGrants map[string]handOver
 
 type handOver struct {
-	change            plan.BootcNodeChange
-	onlyNotes, slotsN bool
+	change    plan.BootcNodeChange
+	onlyNotes bool
+	newSlot   lease.Kind
 }
 
 func newTargetsAfterGrants(w *observed, changes []plan.BootcNodeChange) targetsAfterGrants {
 	t := targetsAfterGrants{}
 	for _, c := range changes {
-		h := handOver{change: c, onlyNotes: onlyNotes(w, c), slotsN: namesNewSlots(w, c)}
-		if !h.onlyNotes || h.slotsN {
+		h := handOver{change: c, onlyNotes: onlyNotes(w, c), newSlot: newSlotKind(w, c)}
+		if !h.onlyNotes || h.newSlot != "" {
 			t[c.Name] = h
 		}
 	}
@@ -308,7 +322,7 @@ func (t targetsAfterGrants) granted(b *bootcNodeWriter, pool string, chain []pla
 			continue
 		}
 		if h, ok := t[c.Node]; ok {
-			b.set(pool, h.change, h.onlyNotes, h.slotsN)
+			b.set(pool, h.change, h.onlyNotes, h.newSlot)
 		}
 	}
 }

@@ -19,14 +19,14 @@ func TestBootcNodeWriterWritesSpecChangesFirst(t *testing.T) {
 	b := newBootcNodeWriter(nil, nil, logr.Discard())
 	defer b.queue.ShutDown()
 	for _, n := range []string{"notes-a", "notes-b", "notes-c"} {
-		b.set("pool", plan.BootcNodeChange{Name: n}, true, false)
+		b.set("pool", plan.BootcNodeChange{Name: n}, true, "")
 	}
 	time.Sleep(annotationDelay + 100*time.Millisecond) // the notes are ready now
 	for _, n := range []string{"spec-a", "spec-b"} {
-		b.set("pool", plan.BootcNodeChange{Name: n}, false, false)
+		b.set("pool", plan.BootcNodeChange{Name: n}, false, "")
 	}
 	// A node with notes queued that then needs a spec change moves up.
-	b.set("pool", plan.BootcNodeChange{Name: "notes-c"}, false, false)
+	b.set("pool", plan.BootcNodeChange{Name: "notes-c"}, false, "")
 
 	want := []string{"spec-a", "spec-b", "notes-c", "notes-a", "notes-b"}
 	for i, w := range want {
@@ -62,23 +62,33 @@ func TestTargetsAreHandedOverWithTheirStageGrants(t *testing.T) {
 		{Name: "d", Spec: spec("new"), RolloutState: fleetv1.RolloutStaging},
 		// a reboot grant: notes and the slot's name its agent is to watch
 		{Name: "e", Spec: spec("old"), RolloutState: fleetv1.RolloutDraining, Slots: []string{"pool-reboot-0"}},
+		// a stage grant for a target written before: notes and a stage slot
+		{Name: "f", Spec: spec("new"), RolloutState: fleetv1.RolloutStaging, Slots: []string{"pool-stage-1"}},
+		// a slot named already: notes only
+		{Name: "g", Spec: spec("old"), RolloutState: fleetv1.RolloutRebooting, Slots: []string{"pool-reboot-1"}},
 	}
 	w.bootcNodes["e"] = &fleetv1.BootcNode{Spec: spec("old")}
+	w.bootcNodes["f"] = &fleetv1.BootcNode{Spec: spec("new")}
+	w.bootcNodes["g"] = &fleetv1.BootcNode{Spec: spec("old")}
+	w.bootcNodes["g"].SetSlots([]string{"pool-reboot-1"})
 	targets := newTargetsAfterGrants(w, changes)
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpRelease, Kind: lease.KindStage, Node: "x"}, {Op: plan.OpGrant, Kind: lease.KindStage, Node: "d"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindReboot, Node: "b"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindStage, Node: "a"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindReboot, Node: "e"}})
-	// e first: a slot's name outranks a target (prioritySlots).
-	for _, want := range []string{"e", "d", "a"} {
+	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindStage, Node: "f"}})
+	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpAdvance, Kind: lease.KindReboot, Node: "g"}})
+	// e first: a new reboot slot's name outranks a target (priorityReboot);
+	// a new stage slot's goes as a target does.
+	for _, want := range []string{"e", "d", "a", "f"} {
 		got, _, _ := b.queue.GetWithPriority()
 		b.queue.Done(got)
 		if got != want {
-			t.Fatalf("handed over %s, want %s (e, then d and a as their grants were written)", got, want)
+			t.Fatalf("handed over %s, want %s (e, then d, a and f as their grants were written)", got, want)
 		}
 	}
 	if n := b.queue.Len(); n != 0 {
-		t.Fatalf("%d more handed over, want none: b changes only notes, c was granted nothing", n)
+		t.Fatalf("%d more handed over, want none: b and g change only notes, c was granted nothing", n)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
