@@ -67,6 +67,21 @@ func terminatedWatchers(ctx context.Context, kube kubernetes.Interface) (map[str
 	return out, nil
 }
 
+// APIServerCPU is the API server's CPU time so far (process_cpu_seconds_total).
+func (f *Fleet) APIServerCPU(ctx context.Context) (float64, error) { return apiServerCPU(ctx, f.Kube) }
+
+func apiServerCPU(ctx context.Context, kube kubernetes.Interface) (float64, error) {
+	families, err := apiMetrics(ctx, kube)
+	if err != nil {
+		return 0, err
+	}
+	fam := families["process_cpu_seconds_total"]
+	if fam == nil || len(fam.GetMetric()) == 0 {
+		return 0, fmt.Errorf("the API server exports no process_cpu_seconds_total")
+	}
+	return fam.GetMetric()[0].GetCounter().GetValue(), nil
+}
+
 // apiMetrics reads and parses the API server's /metrics.
 func apiMetrics(ctx context.Context, kube kubernetes.Interface) (map[string]*dto.MetricFamily, error) {
 	raw, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)

@@ -33,6 +33,7 @@ type boundPhase struct {
 	// writes, and the light agents' own requests (0 with real agents).
 	requests, writes, agentReads, agentWrites float64
 	coordCPU, selfCPU                         time.Duration
+	apiCPU                                    float64 // the API server's CPU seconds
 	coordPeakAnon                             int64
 }
 
@@ -49,6 +50,10 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 		b.Fatal(err)
 	}
 	reqs0, err := f.APIRequests(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	api0, err := f.APIServerCPU(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,6 +86,10 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 	if err != nil {
 		b.Fatal(err)
 	}
+	api1, err := f.APIServerCPU(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 	closed1, err := f.TerminatedWatchers(ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -93,6 +102,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 		makespan: t.Makespan(), lb: LowerBound(boundStage, boundReboot, n, r.m), firstGrant: t.FirstGrant.Sub(began), timing: t,
 		agentReads: float64(reads1-reads0) / float64(n), agentWrites: float64(writes1-writes0) / float64(n),
 		coordCPU: use1.CPU - use0.CPU, selfCPU: self1.CPU - self0.CPU, coordPeakAnon: max(peakAnon(), use1.RSSAnon),
+		apiCPU: api1 - api0,
 	}
 	delta := Since(reqs0, reqs1)
 	all, writes := int64(0), int64(0)
@@ -137,6 +147,7 @@ func (r *boundRun) phase(ctx context.Context, name, target string, start func() 
 		float64(lists)/float64(n))
 	fmt.Fprintf(&w, "  coordinator: %.2f CPU s during the rollout (%.2f s since start), peak RSS %.1f MiB, RSS at the end %.1f MiB (%.1f anonymous, %.1f file pages); peak anonymous RSS %.1f MiB (sampled every second)\n",
 		ph.coordCPU.Seconds(), use1.CPU.Seconds(), mib(use1.PeakRSS), mib(use1.RSS), mib(use1.RSSAnon), mib(use1.RSSFile), mib(ph.coordPeakAnon))
+	fmt.Fprintf(&w, "  API server: %.2f CPU s during the rollout, %.1f ms per node update\n", ph.apiCPU, 1000*ph.apiCPU/float64(n))
 	fmt.Fprintf(&w, "  test process (%s, simulated kubelets and machines, recorder, registry): %.2f CPU s during the rollout, peak RSS %.1f MiB\n",
 		kind, ph.selfCPU.Seconds(), mib(self1.PeakRSS))
 	fmt.Fprint(os.Stderr, w.String())
@@ -181,6 +192,7 @@ func (r *boundRun) figures(created, changed boundPhase) []boundFigure {
 			boundFigure{"requests per node update (" + ph.clock + ")", ph.p.requests, "%.2f"},
 			boundFigure{"product writes per node update (" + ph.clock + ")", ph.p.writes, "%.2f"},
 			boundFigure{"coordinator CPU s (" + ph.clock + ")", ph.p.coordCPU.Seconds(), "%.2f"},
+			boundFigure{"API server CPU s (" + ph.clock + ")", ph.p.apiCPU, "%.2f"},
 			boundFigure{"test process CPU s (" + ph.clock + ")", ph.p.selfCPU.Seconds(), "%.2f"})
 		if r.light {
 			out = append(out,
@@ -269,6 +281,7 @@ func (t *boundTable) report(b *testing.B) {
 		"requests per node update (image change)":               "requests/node",
 		"product writes per node update (image change)":         "writes/node",
 		"coordinator CPU s (image change)":                      "coord_cpu_s",
+		"API server CPU s (image change)":                       "apiserver_cpu_s",
 		"coordinator peak RSS MiB (whole run)":                  "coord_peak_MiB",
 		"coordinator peak anonymous RSS MiB (rollouts)":         "coord_peak_anon_MiB",
 		"light agents' requests per node update (image change)": "agent_requests/node",

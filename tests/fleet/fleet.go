@@ -449,8 +449,7 @@ func (p *Pool) Converged(target string) (bool, string) {
 		if n.Dead() || n.Hostile() {
 			continue // a hostile node never converges
 		}
-		st := n.Machine.State()
-		if n.Down() || st.Booted == nil || st.Booted.Image != target {
+		if n.Down() || n.Machine.BootedImage() != target || target == "" {
 			waiting = append(waiting, n.Name)
 		}
 	}

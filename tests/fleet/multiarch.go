@@ -87,8 +87,7 @@ func (p *Pool) ConvergedEach(targets map[string]string) (bool, string) {
 		if n.Dead() {
 			continue
 		}
-		st := n.Machine.State()
-		if n.Down() || st.Booted == nil || st.Booted.Image != targets[n.Name] {
+		if img := n.Machine.BootedImage(); n.Down() || img == "" || img != targets[n.Name] {
 			waiting = append(waiting, n.Name)
 		}
 	}
