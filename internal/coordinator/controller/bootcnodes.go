@@ -74,10 +74,10 @@ const bootcNodeWorkers = 8
 // The node's agent watches only the Leases its BootcNode names (amendment
 // 39), so until a new slot's name lands the node cannot see its grant: a
 // wish naming a new stage slot goes as a spec change does, one naming a new
-// reboot slot before everything else. A reboot grant is on the path of its
-// wave (the node drains meanwhile), and an image change queues a patch for
-// every node of the pool (at 1,000 nodes, with every stage slot granted at
-// once, for 20 s).
+// reboot slot (at the advance to phase Reboot) before everything else: it
+// is on the path of its wave, and an image change queues a patch for every
+// node of the pool (at 1,000 nodes, with every stage slot granted at once,
+// for 20 s).
 var (
 	priorityReboot = 2
 	prioritySpec   = 1
@@ -285,12 +285,13 @@ func newSlotKind(w *observed, c plan.BootcNodeChange) lease.Kind {
 }
 
 // targetsAfterGrants hands the BootcNode writer a node's new target, and
-// the name of a slot newly granted to it, as soon as the grant that goes
-// out with it (amendment 29) is written, not once every slot of the pass
-// is: at 1,000 nodes a pass that grants 1,000 stage slots writes them for a
-// second, and the first wave's targets would wait behind the last grant;
-// and a reboot grant's node sees its grant only once its BootcNode names
-// the slot (amendment 39), which should land while the node drains. The
+// the name of a slot it is to watch, as soon as the grant (or the advance
+// to phase Reboot) that goes out with it (amendment 29) is written, not
+// once every slot of the pass is: at 1,000 nodes a pass that grants 1,000
+// stage slots writes them for a second, and the first wave's targets would
+// wait behind the last grant; and a node sees its grant only once its
+// BootcNode names the slot (amendment 39), which for a reboot grant is on
+// the path of its wave. The
 // Lease is still written before the patch (amendment 29), and the targets
 // are still handed over in the queue order, as the grants are written in
 // it (amendment 30); applyBootcNodes hands over the rest, and a node
@@ -314,11 +315,12 @@ func newTargetsAfterGrants(w *observed, changes []plan.BootcNodeChange) targetsA
 	return t
 }
 
-// granted hands over the changes of the nodes chain granted a slot to
-// (chain was written). Calls may run concurrently: t is only read.
+// granted hands over the changes of the nodes chain granted a slot to or
+// advanced to phase Reboot (chain was written). Calls may run concurrently:
+// t is only read.
 func (t targetsAfterGrants) granted(b *bootcNodeWriter, pool string, chain []plan.SlotChange) {
 	for _, c := range chain {
-		if c.Op != plan.OpGrant {
+		if c.Op != plan.OpGrant && c.Op != plan.OpAdvance {
 			continue
 		}
 		if h, ok := t[c.Node]; ok {

@@ -43,8 +43,9 @@ func TestBootcNodeWriterWritesSpecChangesFirst(t *testing.T) {
 
 // A node's new target is handed to the writer as soon as the stage grant
 // written with it is (amendment 29's order, Lease first), before the rest
-// of the pass's slots; a change of the annotations alone, or a node granted
-// nothing, waits for applyBootcNodes.
+// of the pass's slots, and so is the name of a slot its agent is to watch
+// (amendment 39), a reboot slot's first; a change of the annotations alone,
+// or a node granted nothing, waits for applyBootcNodes.
 func TestTargetsAreHandedOverWithTheirStageGrants(t *testing.T) {
 	b := newBootcNodeWriter(nil, nil, logr.Discard())
 	defer b.queue.ShutDown()
@@ -60,8 +61,9 @@ func TestTargetsAreHandedOverWithTheirStageGrants(t *testing.T) {
 		{Name: "b", Spec: spec("old"), RolloutState: fleetv1.RolloutDraining}, // notes only
 		{Name: "c", Spec: spec("new"), RolloutState: fleetv1.RolloutWaitingForStageSlot},
 		{Name: "d", Spec: spec("new"), RolloutState: fleetv1.RolloutStaging},
-		// a reboot grant: notes and the slot's name its agent is to watch
-		{Name: "e", Spec: spec("old"), RolloutState: fleetv1.RolloutDraining, Slots: []string{"pool-reboot-0"}},
+		// an advance to phase Reboot: notes and the slot's name its agent
+		// is to watch
+		{Name: "e", Spec: spec("old"), RolloutState: fleetv1.RolloutRebooting, Slots: []string{"pool-reboot-0"}},
 		// a stage grant for a target written before: notes and a stage slot
 		{Name: "f", Spec: spec("new"), RolloutState: fleetv1.RolloutStaging, Slots: []string{"pool-stage-1"}},
 		// a slot named already: notes only
@@ -75,7 +77,7 @@ func TestTargetsAreHandedOverWithTheirStageGrants(t *testing.T) {
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpRelease, Kind: lease.KindStage, Node: "x"}, {Op: plan.OpGrant, Kind: lease.KindStage, Node: "d"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindReboot, Node: "b"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindStage, Node: "a"}})
-	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindReboot, Node: "e"}})
+	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpAdvance, Kind: lease.KindReboot, Node: "e"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpGrant, Kind: lease.KindStage, Node: "f"}})
 	targets.granted(b, "pool", []plan.SlotChange{{Op: plan.OpAdvance, Kind: lease.KindReboot, Node: "g"}})
 	// e first: a new reboot slot's name outranks a target (priorityReboot);

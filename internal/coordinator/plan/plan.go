@@ -452,11 +452,20 @@ func (p *planner) membership() {
 	p.out.DeleteBootcNodes = gone
 }
 
-// slotNames are the names of held, sorted (never nil: the annotation is
-// written even with no slot, so the agent knows to follow it).
+// slotNames are the names of the slots of held its agent is to watch,
+// sorted (never nil: the annotation is written even with no slot, so the
+// agent knows to follow it). An update's reboot grant is named from phase
+// Reboot on: while it drains the agent has nothing to do under it and
+// lists it nowhere (amendments 18 and 37), so the name goes in the patch
+// that says Rebooting, which the advance makes due anyway, not in a patch
+// of its own at the grant (amendment 39). A rollback grant is named at once:
+// its agent lists and heartbeats it from the grant on.
 func slotNames(held []*Slot) []string {
 	names := make([]string, 0, len(held))
 	for _, s := range held {
+		if s.Kind == lease.KindReboot && s.Phase == PhaseDraining && !s.Grant.Rollback {
+			continue
+		}
 		names = append(names, s.Name)
 	}
 	slices.Sort(names)

@@ -483,12 +483,14 @@ func checkedStep(rt *rapid.T, w *world) {
 }
 
 // checkSlotNames: after a pass's writes, each of the pool's BootcNodes
-// names exactly the slots whose live grants its node holds, so its agent,
-// which watches only those (amendment 39), sees every grant it may use.
+// names exactly the slots whose live grants its node holds, but an update's
+// reboot grant that still drains, so its agent, which watches only those
+// (amendment 39), sees every grant it may use or must heartbeat.
 func checkSlotNames(rt *rapid.T, w *world) {
 	live := map[string][]string{}
 	for _, l := range w.leases {
-		if s, ok := w.slot(l); ok && s.State == SlotHeld && s.Phase != PhaseFinished {
+		if s, ok := w.slot(l); ok && s.State == SlotHeld && s.Phase != PhaseFinished &&
+			(s.Kind != lease.KindReboot || s.Phase != PhaseDraining || s.Grant.Rollback) {
 			live[s.Grant.Holder] = append(live[s.Grant.Holder], s.Name)
 		}
 	}
