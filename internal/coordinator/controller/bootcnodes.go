@@ -70,14 +70,13 @@ type bootcNodeWish struct {
 const bootcNodeWorkers = 8
 
 // Priorities in the writer's queue: a node whose wish changes its spec is
-// written before every node whose wish only explains.
-// The node's agent watches only the Leases its BootcNode names (amendment
-// 39), so until a new slot's name lands the node cannot see its grant: a
-// wish naming a new stage slot goes as a spec change does, one naming a new
-// reboot slot (at the advance to phase Reboot) before everything else: it
-// is on the path of its wave, and an image change queues a patch for every
-// node of the pool (at 1,000 nodes, with every stage slot granted at once,
-// for 20 s).
+// written before every node whose wish only explains. The node's agent
+// watches only the Leases its BootcNode names (amendment 39), so until a
+// new slot's name lands the node cannot see its grant: a wish naming a new
+// stage slot goes as a spec change does, one naming a new reboot slot (at
+// the advance to phase Reboot) before everything else: it is on the path of
+// its wave, and an image change queues a patch for every node of the pool
+// (at 1,000 nodes, with every stage slot granted at once, for 20 s).
 var (
 	priorityReboot = 2
 	prioritySpec   = 1
@@ -291,11 +290,10 @@ func newSlotKind(w *observed, c plan.BootcNodeChange) lease.Kind {
 // stage slots writes them for a second, and the first wave's targets would
 // wait behind the last grant; and a node sees its grant only once its
 // BootcNode names the slot (amendment 39), which for a reboot grant is on
-// the path of its wave. The
-// Lease is still written before the patch (amendment 29), and the targets
-// are still handed over in the queue order, as the grants are written in
-// it (amendment 30); applyBootcNodes hands over the rest, and a node
-// handed over again keeps its place.
+// the path of its wave. The Lease is still written before the patch
+// (amendment 29), and the targets are still handed over in the queue
+// order, as the grants are written in it (amendment 30); applyBootcNodes
+// hands over the rest, and a node handed over again keeps its place.
 type targetsAfterGrants map[string]handOver
 
 type handOver struct {
