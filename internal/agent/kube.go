@@ -83,7 +83,7 @@ func newKube(cfg *rest.Config, node string) (*kube, error) {
 	// slots it names is news to its Lease view (which pokes once the new
 	// informers have synced).
 	if _, err := k.nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) {
+		AddFunc: func(any) {
 			k.follow()
 			k.poke()
 		},

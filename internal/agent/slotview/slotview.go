@@ -143,7 +143,7 @@ func (v *View) start(k string) *entry {
 	return &entry{inf: inf, cancel: cancel}
 }
 
-// Synced: Follow ran, and every informer it asked for has listed.
+// Synced says whether Follow ran and every informer it asked for has listed.
 func (v *View) Synced() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
