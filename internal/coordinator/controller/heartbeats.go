@@ -27,6 +27,10 @@ type seenReport struct {
 	desired  string    // spec.desiredImage
 	seen     time.Time
 	specSeen time.Time
+	// slots is the fleet.bootc.dev/slots annotation, first seen at
+	// slotsSeen (amendment 39).
+	slots     string
+	slotsSeen time.Time
 }
 
 func newHeartbeats() *heartbeats { return &heartbeats{nodes: map[string]*seenReport{}} }
@@ -45,7 +49,8 @@ func (h *heartbeats) observe(bns []fleetv1.BootcNode, now time.Time) map[string]
 		}
 		s := h.nodes[bn.Name]
 		if s == nil || s.uid != string(bn.UID) {
-			s = &seenReport{uid: string(bn.UID), report: report, reported: reported, desired: bn.Spec.DesiredImage, seen: now, specSeen: now}
+			s = &seenReport{uid: string(bn.UID), report: report, reported: reported, desired: bn.Spec.DesiredImage, seen: now, specSeen: now,
+				slots: bn.Annotations[fleetv1.AnnotationSlots], slotsSeen: now}
 			h.nodes[bn.Name] = s
 		}
 		if s.reported != reported || !s.report.Equal(report) {
@@ -54,7 +59,10 @@ func (h *heartbeats) observe(bns []fleetv1.BootcNode, now time.Time) map[string]
 		if s.desired != bn.Spec.DesiredImage {
 			s.desired, s.specSeen = bn.Spec.DesiredImage, now
 		}
-		hb := plan.Heartbeat{SpecSeen: s.specSeen}
+		if v := bn.Annotations[fleetv1.AnnotationSlots]; s.slots != v {
+			s.slots, s.slotsSeen = v, now
+		}
+		hb := plan.Heartbeat{SpecSeen: s.specSeen, SlotsSeen: s.slotsSeen}
 		if reported {
 			hb.Seen = s.seen
 		}

@@ -38,6 +38,26 @@ func TestHeartbeatsForgetNodesThatAreGone(t *testing.T) {
 	}
 }
 
+// SlotsSeen is when the coordinator first saw the BootcNode's current
+// slots annotation: it moves when the names change, not with every look.
+func TestHeartbeatsTimeTheSlotsAnnotation(t *testing.T) {
+	h := newHeartbeats()
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	a := reporting("a", "uid-a", fleetv1.PhaseIdle, t0)
+	a.SetSlots(nil)
+	if got := h.observe([]fleetv1.BootcNode{a}, t0)["a"].SlotsSeen; !got.Equal(t0) {
+		t.Fatalf("first sight: SlotsSeen %s, want %s", got, t0)
+	}
+	if got := h.observe([]fleetv1.BootcNode{a}, t0.Add(time.Minute))["a"].SlotsSeen; !got.Equal(t0) {
+		t.Fatalf("same names a minute later: SlotsSeen %s, want %s", got, t0)
+	}
+	a.SetSlots([]string{"p-stage-0"})
+	t2 := t0.Add(2 * time.Minute)
+	if got := h.observe([]fleetv1.BootcNode{a}, t2)["a"].SlotsSeen; !got.Equal(t2) {
+		t.Fatalf("a slot named: SlotsSeen %s, want %s", got, t2)
+	}
+}
+
 // The GrantLatency clocks (who waits since when) keep only nodes that still
 // wait in the pool; a pool deleted leaves none.
 func TestWaitingForgetsNodesThatStoppedWaiting(t *testing.T) {

@@ -478,6 +478,13 @@ func hasSlots(bn *fleetv1.BootcNode, names []string) bool {
 	return ok && v == fleetv1.SlotsValue(names)
 }
 
+// namesSlot says whether bn lets its agent see slot: the annotation names it,
+// or is absent (an agent then watches every Lease labelled with its node).
+func namesSlot(bn *fleetv1.BootcNode, slot string) bool {
+	names, present, err := fleetv1.SlotsOf(bn)
+	return !present || (err == nil && slices.Contains(names, slot))
+}
+
 // writeOrder is the order of CreateBootcNodes and UpdateBootcNodes: the
 // order stage slots are offered in (stageQueue: the canaries, then the zone
 // rolling, then zone by zone, by name, a node whose last stage failed

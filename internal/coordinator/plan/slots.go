@@ -378,17 +378,21 @@ func (p *planner) onStaging(h heldSlot) {
 func (p *planner) stageAlive(h heldSlot, claimed bool) {
 	n, g := h.n, h.Grant
 	// A grant given with the node's new target (amendment 29) is its
-	// agent's to list only once its BootcNode asks for that image: until
-	// this coordinator's own patch shows, nothing is late, and from then
-	// the lease duration runs from when this coordinator first saw it.
-	// stageDeadline still bounds the grant.
+	// agent's to list only once its BootcNode asks for that image, and any
+	// grant only once the BootcNode names its slot, for the agent watches
+	// only the slots named there (amendment 39): until this coordinator's
+	// own patch shows, nothing is late, and from then the lease duration
+	// runs from when this coordinator first saw it. stageDeadline still
+	// bounds the grant.
 	bn := p.bns[n.Name]
-	if bn == nil || bn.Spec.DesiredImage != g.Image.String() {
+	if bn == nil || bn.Spec.DesiredImage != g.Image.String() || !namesSlot(bn, h.Name) {
 		return
 	}
 	alive := g.Acquired
-	if seen := p.in.Heartbeats[n.Name].SpecSeen; seen.After(alive) {
-		alive = seen
+	for _, seen := range []time.Time{p.in.Heartbeats[n.Name].SpecSeen, p.in.Heartbeats[n.Name].SlotsSeen} {
+		if seen.After(alive) {
+			alive = seen
+		}
 	}
 	if hb := p.in.Heartbeats[n.Name].Seen; claimed && hb.After(alive) {
 		alive = hb

@@ -297,3 +297,39 @@ func TestEarlyStageGrantWaitsForItsBootcNode(t *testing.T) {
 		t.Fatalf("no report listing the grant for a lease duration after the BootcNode asked: %+v, want it expired", rel)
 	}
 }
+
+// A stage grant for a node whose target was written long before (a later
+// wave) does not expire while the coordinator's own patch naming the slot
+// has not landed: the agent watches only the slots its BootcNode names
+// (amendment 39), so it cannot list the grant yet. From the patch on, the
+// lease duration runs from when the coordinator first saw it.
+func TestStageGrantWaitsForItsSlotsName(t *testing.T) {
+	w := settled(2, 1, 1)
+	w.target = imgV2
+	w.step()
+	// node-00 is done with its stage; node-01, whose target landed long
+	// ago, is granted the slot next.
+	w.agentReports("node-00", imgV0, imgV2, fleetv1.PhaseStaged)
+	w.hb["node-01"] = Heartbeat{SpecSeen: w.now.Add(-10 * time.Minute), SlotsSeen: w.now.Add(-10 * time.Minute)}
+	w.step()
+	s, ok := w.grantOf("node-01", lease.KindStage)
+	if !ok || s.Grant.Image != imgV2 {
+		t.Fatalf("no stage grant for node-01: %s", describeNodes(w))
+	}
+	// The patch naming the slot has not landed.
+	w.bns["node-01"].SetSlots(nil)
+	w.now = w.now.Add(3 * time.Minute)
+	if rel := changes(w.plan(), OpRelease, lease.KindStage); len(rel) != 0 {
+		t.Fatalf("stage grant %s expired before its holder's BootcNode named the slot: %+v", s.Name, rel)
+	}
+	// It lands now: the lease duration runs from here.
+	w.bns["node-01"].SetSlots([]string{s.Name})
+	w.hb["node-01"] = Heartbeat{SpecSeen: w.now.Add(-13 * time.Minute), SlotsSeen: w.now}
+	if rel := changes(w.plan(), OpRelease, lease.KindStage); len(rel) != 0 {
+		t.Fatalf("stage grant expired the moment its holder's BootcNode named the slot: %+v", rel)
+	}
+	w.now = w.now.Add(61 * time.Second)
+	if rel := changes(w.plan(), OpRelease, lease.KindStage); len(rel) != 1 || rel[0].Why != WhyExpired {
+		t.Fatalf("no report listing the grant for a lease duration after the BootcNode named it: %+v, want it expired", rel)
+	}
+}

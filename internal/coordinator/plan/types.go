@@ -94,6 +94,10 @@ type Heartbeat struct {
 	// SpecSeen is when the coordinator first saw the BootcNode's current
 	// spec.desiredImage: a quiet agent is judged from the later of the two.
 	SpecSeen time.Time
+	// SlotsSeen is when the coordinator first saw the BootcNode's current
+	// fleetv1.AnnotationSlots: its agent can list a grant only once it
+	// names the slot (amendment 39).
+	SlotsSeen time.Time
 }
 
 // Node is what the planner needs of a Node.
